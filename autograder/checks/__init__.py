@@ -1,0 +1,80 @@
+"""Checks: one module per lesson (autograder/checks/<topic>.py for lessons/NN_<topic>.ipynb).
+
+A lesson module defines check functions that the notebook's test cells call directly (visible
+cases, and hidden cases inside nbgrader's hidden-test region), and CHECKS: the list the grader
+runs, each naming the nbgrader grade_id of its test cell, its points and the learner functions it
+needs. A check raises CheckFailed (wrong answer), NotImplementedYet (a stub), LearnerCodeError
+(the learner's code raised) or CheckSkipped (the machine lacks what it needs); returning means
+passed.
+"""
+from __future__ import annotations
+
+import importlib
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+CASES = ("visible", "hidden", "all")
+
+
+class CheckFailed(AssertionError):
+    """The learner's answer is wrong; the message says how."""
+
+
+class NotImplementedYet(CheckFailed):
+    """The learner's function is still the stub."""
+
+
+class LearnerCodeError(CheckFailed):
+    """The learner's code raised an exception."""
+
+
+class CheckSkipped(Exception):
+    """This machine cannot run the check (for example: it needs a GPU)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # the grade_id of the notebook's test cell
+    points: float
+    run: Callable[..., None]  # run(*learner_functions, cases=...)
+    uses: tuple[str, ...]  # names of the learner's functions it is given, in order
+    needs_gpu: bool = False
+    timeout_s: float = 120.0
+
+
+def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
+    """Call learner code; turn a stub or an exception into a message a learner can act on."""
+    what = what or f"{getattr(fn, '__name__', 'your function')}(...)"
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise NotImplementedYet(f"{getattr(fn, '__name__', 'this exercise')} is not implemented yet: "
+                                "replace the `raise NotImplementedError()` in its cell with your code") from None
+    except (CheckFailed, CheckSkipped):
+        raise
+    except Exception as exc:
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        raise LearnerCodeError(f"{what} raised {type(exc).__name__}: {exc} "
+                               f"(at {where.filename}, line {where.lineno})") from None
+
+
+def check_cases(cases: str) -> tuple[bool, bool]:
+    """(run the visible cases, run the hidden cases)."""
+    if cases not in CASES:
+        raise ValueError(f"cases must be one of {CASES}, not {cases!r}")
+    return cases in ("visible", "all"), cases in ("hidden", "all")
+
+
+def lesson_topic(lesson: str) -> str:
+    """'00_first_kernel' -> 'first_kernel'."""
+    return lesson.split("_", 1)[1]
+
+
+def checks_for(lesson: str) -> list[Check]:
+    """The CHECKS list of a lesson; ModuleNotFoundError names the lesson when it has none."""
+    try:
+        module = importlib.import_module(f"autograder.checks.{lesson_topic(lesson)}")
+    except ModuleNotFoundError as exc:
+        raise LookupError(f"no checks exist for lesson {lesson} (autograder/checks/{lesson_topic(lesson)}.py)") from exc
+    return list(module.CHECKS)

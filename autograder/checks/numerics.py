@@ -1,0 +1,53 @@
+"""Comparing a learner's tensor with a reference, by the course's rule.
+
+The rule (FlashAttention's): the learner's max error against a float64 reference may be at most
+2x the error PyTorch makes computing the same thing in the same dtype, plus a small floor. Before
+comparing: shape, dtype and device must match, and no element may be NaN (outputs are poisoned
+with NaN before the call, so an element the code never wrote shows up).
+"""
+from __future__ import annotations
+
+import torch
+
+from autograder.checks import CheckFailed
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def expect_like(got, ref: torch.Tensor, what: str) -> None:
+    if not isinstance(got, torch.Tensor):
+        raise CheckFailed(f"{what}: expected a tensor, got {type(got).__name__}")
+    if tuple(got.shape) != tuple(ref.shape):
+        raise CheckFailed(f"{what}: expected shape {tuple(ref.shape)}, got {tuple(got.shape)}")
+    if got.dtype != ref.dtype:
+        raise CheckFailed(f"{what}: expected dtype {_dtype_name(ref.dtype)}, got {_dtype_name(got.dtype)}")
+    if got.device != ref.device:
+        raise CheckFailed(f"{what}: expected a tensor on {ref.device}, got one on {got.device}")
+
+
+def assert_close_by_rule(got: torch.Tensor, exact: torch.Tensor, torch_same_dtype: torch.Tensor,
+                         what: str, floor_ulps: float = 2.0) -> None:
+    """got and torch_same_dtype: results in the working dtype; exact: the float64 reference."""
+    expect_like(got, torch_same_dtype, what)
+    got64 = got.detach().to(torch.float64).flatten()
+    exact64 = exact.detach().to(torch.float64).flatten()
+    unwritten = torch.isnan(got64) & ~torch.isnan(exact64)
+    if unwritten.any():
+        first = int(unwritten.nonzero()[0])
+        raise CheckFailed(f"{what}: {int(unwritten.sum())} of {got64.numel()} output elements are NaN, "
+                          f"first at index {first}: they were never written (check your mask and grid)")
+    if got64.numel() == 0:
+        return
+    torch_err = (torch_same_dtype.detach().to(torch.float64).flatten() - exact64).abs().max().item()
+    scale = max(1.0, exact64.abs().max().item())
+    floor = floor_ulps * torch.finfo(got.dtype).eps * scale
+    tol = 2 * torch_err + floor
+    err = (got64 - exact64).abs()
+    worst = int(err.argmax())
+    if err[worst].item() > tol:
+        raise CheckFailed(
+            f"{what}: max |error| {err[worst].item():.3g} at index {worst} (expected {exact64[worst].item():.6g}, "
+            f"got {got64[worst].item():.6g}) exceeds the tolerance {tol:.3g} = 2 x PyTorch's "
+            f"{_dtype_name(got.dtype)} error {torch_err:.3g} + floor {floor:.3g}")

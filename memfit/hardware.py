@@ -1,0 +1,145 @@
+"""Hardware profiles: what the learner's machine is, and the one place that chooses sizes,
+dtypes and Triton configs for it.
+
+Profiles: cpu, t4, v100, a100, h100 (H100 and H200: the same SM), other. Lessons never test the
+device themselves; they ask `profile()` and read `config(...)` / `size(...)`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from memfit import runtime
+
+KiB = 1024
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str  # cpu | t4 | v100 | a100 | h100 | other
+    gpu_name: str  # what the driver calls it ("" on cpu)
+    capability: tuple[int, int] | None  # CUDA compute capability, None on cpu
+    total_memory: int  # bytes the device has (host RAM is not reported for cpu)
+    shared_memory_per_block: int  # bytes a Triton kernel may use (the opt-in maximum)
+    bf16_tensor_cores: bool
+    interpreted: bool = field(default=False)  # Triton runs in its interpreter
+
+    @property
+    def dtypes(self) -> tuple[torch.dtype, ...]:
+        """The dtypes checks and demos run in: bf16 only where the hardware has it."""
+        if self.name == "cpu":
+            return (torch.float32, torch.float16)
+        if self.bf16_tensor_cores:
+            return (torch.float32, torch.float16, torch.bfloat16)
+        return (torch.float32, torch.float16)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.capability is not None
+
+    def describe(self) -> str:
+        if not self.is_gpu:
+            mode = "Triton interpreter" if self.interpreted else "no Triton"
+            return f"cpu (no CUDA GPU): tensors on the CPU, kernels through the {mode}"
+        major, minor = self.capability
+        return (
+            f"{self.name}: {self.gpu_name}, sm_{major}{minor}, {self.total_memory / GiB:.1f} GiB, "
+            f"{self.shared_memory_per_block // KiB} KiB shared memory per block, "
+            f"bf16 tensor cores: {'yes' if self.bf16_tensor_cores else 'no'}"
+        )
+
+
+# The GPUs the course is written for, by their published limits. `profile_for("t4")` builds a
+# profile without the hardware, so tests can compile kernels for cards they do not have.
+KNOWN_GPUS: dict[str, dict] = {
+    "t4": dict(gpu_name="Tesla T4", capability=(7, 5), total_memory=15 * GiB, shared_memory_per_block=64 * KiB),
+    "v100": dict(gpu_name="Tesla V100", capability=(7, 0), total_memory=16 * GiB, shared_memory_per_block=96 * KiB),
+    "a100": dict(gpu_name="A100", capability=(8, 0), total_memory=80 * GiB, shared_memory_per_block=163 * KiB),
+    "h100": dict(gpu_name="H100", capability=(9, 0), total_memory=80 * GiB, shared_memory_per_block=227 * KiB),
+}
+
+
+def profile_for(name: str) -> Profile:
+    """A profile by name, for planning and compile checks on a machine that lacks the card."""
+    if name == "cpu":
+        return Profile("cpu", "", None, 0, 0, False, interpreted=True)
+    if name not in KNOWN_GPUS:
+        raise ValueError(f"unknown profile {name!r}; known: cpu, {', '.join(KNOWN_GPUS)}")
+    spec = KNOWN_GPUS[name]
+    return Profile(name, spec["gpu_name"], spec["capability"], spec["total_memory"],
+                   spec["shared_memory_per_block"], spec["capability"] >= (8, 0))
+
+
+def _name_for(gpu_name: str, capability: tuple[int, int]) -> str:
+    upper = gpu_name.upper()
+    for key, marker in (("t4", "T4"), ("v100", "V100"), ("a100", "A100")):
+        if marker in upper:
+            return key
+    if capability == (9, 0):  # H100 and H200 share the Hopper SM and its limits
+        return "h100"
+    return "other"
+
+
+def detect() -> Profile:
+    """The profile of the machine this process runs on."""
+    if not runtime.HAS_GPU:
+        return Profile("cpu", "", None, 0, 0, False, interpreted=runtime.INTERPRETED)
+    props = torch.cuda.get_device_properties(0)
+    capability = (props.major, props.minor)
+    smem = getattr(props, "shared_memory_per_block_optin", 0) or 48 * KiB
+    return Profile(_name_for(props.name, capability), props.name, capability, props.total_memory,
+                   smem, capability >= (8, 0), interpreted=runtime.INTERPRETED)
+
+
+_current: Profile | None = None
+
+
+def profile() -> Profile:
+    """The current machine's profile (detected once per process)."""
+    global _current
+    if _current is None:
+        _current = detect()
+    return _current
+
+
+# ---------------------------------------------------------------------------------------------
+# The one table of per-profile choices. A kernel's entry: Triton meta-parameters and launch
+# options. A problem's entry: sizes a lesson uses for demos and checks. "gpu" is the fallback for
+# any GPU profile without its own row; "cpu" sizes are small because the interpreter runs every
+# program one after another in NumPy.
+# ---------------------------------------------------------------------------------------------
+KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
+    "scaled_add": {
+        "cpu": dict(BLOCK=1024, num_warps=4),
+        "gpu": dict(BLOCK=1024, num_warps=4),
+    },
+}
+
+PROBLEM_SIZES: dict[str, dict[str, dict]] = {
+    "first_kernel": {
+        "cpu": dict(n_demo=1 << 16, n_check_large=(1 << 16) + 3),
+        "gpu": dict(n_demo=1 << 26, n_check_large=(1 << 24) + 3),
+    },
+}
+
+
+def _pick(table: dict[str, dict[str, dict]], key: str, prof: Profile | None) -> dict:
+    if key not in table:
+        raise KeyError(f"no entry {key!r}; known: {', '.join(sorted(table))}")
+    rows = table[key]
+    prof = prof or profile()
+    if prof.name in rows:
+        return dict(rows[prof.name])
+    return dict(rows["gpu" if prof.is_gpu else "cpu"])
+
+
+def config(kernel: str, prof: Profile | None = None) -> dict:
+    """Triton meta-parameters for `kernel` on `prof` (default: this machine)."""
+    return _pick(KERNEL_CONFIGS, kernel, prof)
+
+
+def size(problem: str, prof: Profile | None = None) -> dict:
+    """Problem sizes of `problem` on `prof` (default: this machine)."""
+    return _pick(PROBLEM_SIZES, problem, prof)

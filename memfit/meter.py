@@ -1,0 +1,201 @@
+"""The course's one memory meter.
+
+`measure_peak(fn, *args)` runs `fn` and reports the peak of extra memory it needed, in bytes,
+above what was allocated before the call:
+
+* on a GPU, from the CUDA caching allocator (reset before, synchronize after, baseline
+  subtracted, optionally after a warm-up call that takes lazy initialisation out of the figure);
+* on a CPU, from a live-tensor meter: a TorchDispatchMode that sees every tensor PyTorch creates
+  during the call and counts the bytes of each storage until the last tensor using it dies.
+
+The live-tensor meter works on GPU tensors too, which is how a test proves that the two meters
+agree. Graded code cannot reset the meter: while it runs, PyTorch's reset functions raise.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+CUDA_ALLOCATOR = "cuda-allocator"
+LIVE_TENSORS = "live-tensors"
+
+
+class MeterTampered(RuntimeError):
+    """Raised when measured code tries to reset the peak-memory statistics."""
+
+
+@dataclass
+class MemoryReport:
+    peak_bytes: int  # peak extra bytes during the call, above the bytes allocated before it
+    meter: str  # CUDA_ALLOCATOR or LIVE_TENSORS
+    device: str
+    ops: Counter = field(default_factory=Counter)  # aten ops the call dispatched (live meter only)
+
+    def __str__(self) -> str:
+        return f"{format_bytes(self.peak_bytes)} peak extra ({self.meter} on {self.device})"
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+class LiveTensorMeter(TorchDispatchMode):
+    """Counts the bytes of storages created while it is active, as long as they stay alive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._live: dict[int, int] = {}  # id(storage) -> bytes
+        self.current = 0
+        self.peak = 0
+        self.ops: Counter = Counter()
+        self.paused = 0  # >0 while a Triton interpreter launch runs (see _interpreter_launches_free)
+
+    def _release(self, key: int) -> None:
+        self.current -= self._live.pop(key, 0)
+
+    def _track(self, storage: torch.UntypedStorage) -> None:
+        key = id(storage)
+        nbytes = storage.nbytes()
+        before = self._live.get(key)
+        if before is None:
+            self._live[key] = nbytes
+            weakref.finalize(storage, self._release, key)
+            self.current += nbytes
+        elif nbytes != before:  # resized in place (an out= argument that grew)
+            self._live[key] = nbytes
+            self.current += nbytes - before
+        self.peak = max(self.peak, self.current)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
+        self.ops[str(func.overloadpacket)] += 1
+        inputs = {id(t.untyped_storage()) for t in tree_leaves((args, kwargs)) if _has_storage(t)}
+        out = func(*args, **kwargs)
+        for t in tree_leaves(out):
+            if not _has_storage(t):
+                continue
+            storage = t.untyped_storage()
+            # An output that shares an input's storage (a view, an in-place op) allocates nothing,
+            # unless it is one of ours that grew.
+            if id(storage) not in inputs or id(storage) in self._live:
+                self._track(storage)
+        return out
+
+
+def _has_storage(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type != "meta"
+
+
+_RESET_FUNCTIONS = (
+    (torch.cuda, "reset_peak_memory_stats"),
+    (torch.cuda, "reset_max_memory_allocated"),
+    (torch.cuda, "reset_max_memory_cached"),
+    (torch.cuda, "reset_accumulated_memory_stats"),
+    (torch.cuda.memory, "reset_peak_memory_stats"),
+    (torch.cuda.memory, "reset_max_memory_allocated"),
+    (torch.cuda.memory, "reset_accumulated_memory_stats"),
+    (torch._C, "_cuda_resetPeakMemoryStats"),
+    (torch._C, "_cuda_resetAccumulatedMemoryStats"),
+)
+
+
+@contextlib.contextmanager
+def _resets_forbidden():
+    def refuse(*_args, **_kwargs):
+        raise MeterTampered("the measured code tried to reset the peak-memory statistics; "
+                            "remove torch.cuda.reset_peak_memory_stats from your function")
+
+    saved = [(mod, name, getattr(mod, name)) for mod, name in _RESET_FUNCTIONS if hasattr(mod, name)]
+    for mod, name, _ in saved:
+        setattr(mod, name, refuse)
+    try:
+        yield
+    finally:
+        for mod, name, original in saved:
+            setattr(mod, name, original)
+
+
+@contextlib.contextmanager
+def _interpreter_launches_free(meter: LiveTensorMeter):
+    """A compiled kernel launch allocates nothing; Triton's interpreter copies every argument
+    through PyTorch to emulate device memory. Those copies are the interpreter's, not the
+    learner's, so the live-tensor meter pauses while an interpreted launch runs."""
+    from memfit.runtime import INTERPRETED
+    if not INTERPRETED:
+        yield
+        return
+    from triton.runtime.interpreter import GridExecutor
+    launch = GridExecutor.__call__
+
+    def paused_launch(self, *args, **kwargs):
+        meter.paused += 1
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            meter.paused -= 1
+
+    GridExecutor.__call__ = paused_launch
+    try:
+        yield
+    finally:
+        GridExecutor.__call__ = launch
+
+
+def _device_of(args: tuple, kwargs: dict, device: str | torch.device | None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    for t in tree_leaves((args, kwargs)):
+        if isinstance(t, torch.Tensor):
+            return t.device
+    from memfit.runtime import DEVICE
+    return DEVICE
+
+
+def measure_peak(fn: Callable, *args, device=None, meter: str | None = None, warmup: bool = True,
+                 **kwargs) -> tuple[Any, MemoryReport]:
+    """Run fn(*args, **kwargs); return (its result, a MemoryReport of the peak extra bytes).
+
+    meter: CUDA_ALLOCATOR (default for CUDA tensors) or LIVE_TENSORS (default otherwise).
+    warmup: call fn once before measuring (lazy handles, workspaces and kernel compilation stay
+    out of the figure); its result is dropped before the measured call.
+    """
+    dev = _device_of(args, kwargs, device)
+    meter = meter or (CUDA_ALLOCATOR if dev.type == "cuda" else LIVE_TENSORS)
+    if meter == CUDA_ALLOCATOR and dev.type != "cuda":
+        raise ValueError("the CUDA allocator meter needs CUDA tensors; "
+                         f"these are on {dev} (use meter=LIVE_TENSORS)")
+    if warmup:
+        fn(*args, **kwargs)
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    if meter == CUDA_ALLOCATOR:
+        baseline = torch.cuda.memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        with _resets_forbidden():
+            result = fn(*args, **kwargs)
+            torch.cuda.synchronize(dev)
+        peak = torch.cuda.max_memory_allocated(dev) - baseline
+        return result, MemoryReport(peak, CUDA_ALLOCATOR, str(dev))
+    if meter != LIVE_TENSORS:
+        raise ValueError(f"unknown meter {meter!r}: use {CUDA_ALLOCATOR!r} or {LIVE_TENSORS!r}")
+    live = LiveTensorMeter()
+    with _resets_forbidden(), _interpreter_launches_free(live), live:
+        result = fn(*args, **kwargs)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+    return result, MemoryReport(live.peak, LIVE_TENSORS, str(dev), live.ops)

@@ -1,0 +1,27 @@
+"""Where the course decides how Triton runs: compiled on a GPU, interpreted on a CPU.
+
+Triton reads TRITON_INTERPRET when it is imported, so this module must run before the first
+`import triton`. Every notebook's first code cell imports memfit for that reason.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+HAS_GPU: bool = torch.cuda.is_available()
+
+if "TRITON_INTERPRET" not in os.environ and not HAS_GPU:
+    if "triton" in sys.modules:
+        raise RuntimeError(
+            "triton was imported before memfit, so it cannot switch to its CPU interpreter. "
+            "Restart the kernel and run the notebook's first cell (import memfit) before anything else."
+        )
+    os.environ["TRITON_INTERPRET"] = "1"
+
+#: True when Triton kernels run in Triton's interpreter (no GPU, or forced for debugging).
+INTERPRETED: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+#: The device the course puts tensors on.
+DEVICE: torch.device = torch.device("cuda" if HAS_GPU else "cpu")

@@ -1,0 +1,27 @@
+"""Timing for benchmarks (never for tests): the median of repeated runs after a warm-up."""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+
+def median_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100) -> float:
+    """Median milliseconds of fn(). On a GPU, CUDA events through triton.testing.do_bench; on a
+    CPU, wall-clock time of repeated calls (warm-up and repetition budgets in milliseconds)."""
+    if torch.cuda.is_available():
+        import triton.testing
+        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    deadline = time.perf_counter() + warmup_ms / 1e3
+    fn()
+    while time.perf_counter() < deadline:
+        fn()
+    samples: list[float] = []
+    deadline = time.perf_counter() + rep_ms / 1e3
+    while not samples or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
