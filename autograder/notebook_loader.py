@@ -7,6 +7,8 @@ broken cell costs only the functions it defines. Jupyter magics (% and ! lines) 
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import linecache
 import re
@@ -159,7 +161,8 @@ def solution_path(lesson: str) -> Path:
 
 def load_solution(lesson: str) -> types.ModuleType:
     """The reference solution of a lesson as a module (for tests and benchmarks)."""
-    loaded = load_notebook(solution_path(lesson), cell_timeout_s=None)
+    with contextlib.redirect_stdout(io.StringIO()):  # the notebook's prints are for learners
+        loaded = load_notebook(solution_path(lesson), cell_timeout_s=None)
     if loaded.errors:
         raise RuntimeError(f"solutions/{lesson}.ipynb did not load cleanly: " + "; ".join(map(str, loaded.errors)))
     return loaded.module

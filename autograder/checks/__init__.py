@@ -43,6 +43,16 @@ class Check:
     timeout_s: float = 120.0
 
 
+@dataclass(frozen=True)
+class KernelSpec:
+    """A reference Triton kernel that must compile for every profile (T4 and V100 included)
+    with the config memfit.hardware chooses, within the card's shared memory."""
+    kernel: str  # the @triton.jit function's name in the solution notebook
+    config: str  # its key in memfit.hardware.KERNEL_CONFIGS
+    signature: dict[str, str]  # argument -> Triton type; "{dtype}" is replaced per dtype
+    dtypes: tuple[str, ...] = ("fp16", "fp32")
+
+
 def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
     """Call learner code; turn a stub or an exception into a message a learner can act on."""
     what = what or f"{getattr(fn, '__name__', 'your function')}(...)"

@@ -6,7 +6,7 @@ import math
 import torch
 
 import memfit
-from autograder.checks import Check, CheckFailed, CheckSkipped, call_learner, check_cases
+from autograder.checks import Check, KernelSpec, CheckFailed, CheckSkipped, call_learner, check_cases
 from autograder.checks.numerics import assert_close_by_rule, expect_like
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
 
@@ -47,16 +47,19 @@ def _inputs(n: int, dtype: torch.dtype, device, seed: int):
     return x, y, alpha
 
 
+# Elements of NaN after `out`: an unmasked store of up to one block past the end lands here, where the
+# check sees it, instead of in memory that is not ours (a crash, or silent corruption on a GPU).
+GUARD_ELEMENTS = 4096
+
+
 def _check_one(scaled_add, n: int, dtype: torch.dtype, device, seed: int) -> None:
     x, y, alpha = _inputs(n, dtype, device, seed)
     what = f"scaled_add(x, y, alpha={alpha:.4f}) with n={n}, dtype={str(dtype).replace('torch.', '')}"
     exact = x.double() + alpha * y.double()
     torch_same = x + alpha * y
-    # 1. out=None: a new tensor.
-    got = call_learner(scaled_add, x, y, alpha, what=what)
-    assert_close_by_rule(got, exact, torch_same, what)
-    # 2. out= a NaN-poisoned view into a larger buffer: every element written, nothing past the end.
-    pad = 64
+    # 1. out= a NaN-poisoned view into a larger buffer: every element written, nothing past the end.
+    #    First, so that a missing store mask is caught where its writes land in our guard.
+    pad = GUARD_ELEMENTS
     buffer = torch.full((n + pad,), float("nan"), dtype=dtype, device=device)
     out = buffer[:n]
     got = call_learner(scaled_add, x, y, alpha, out=out, what=what + " and out=")
@@ -67,6 +70,9 @@ def _check_one(scaled_add, n: int, dtype: torch.dtype, device, seed: int) -> Non
     if spill.any():
         raise CheckFailed(f"{what}: wrote {int(spill.sum())} elements past the end of out (index {n} onward): "
                           "mask the store with offsets < n")
+    # 2. out=None: a new tensor.
+    got = call_learner(scaled_add, x, y, alpha, what=what)
+    assert_close_by_rule(got, exact, torch_same, what)
 
 
 def check_scaled_add_numerics(scaled_add, cases: str = "visible") -> None:
@@ -133,4 +139,9 @@ CHECKS = [
     Check("scaled_add_numerics", 4, check_scaled_add_numerics, uses=("scaled_add",)),
     Check("scaled_add_memory", 2, check_scaled_add_memory, uses=("scaled_add",)),
     Check("scaled_add_gpu", 2, check_scaled_add_gpu, uses=("scaled_add",), needs_gpu=True),
+]
+
+KERNELS = [
+    KernelSpec("scaled_add_kernel", "scaled_add",
+               {"x_ptr": "*{dtype}", "y_ptr": "*{dtype}", "out_ptr": "*{dtype}", "n": "i32", "alpha": "fp32"}),
 ]

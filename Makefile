@@ -1,0 +1,51 @@
+# Fitting LLM training into GPU memory: the course's commands.
+#   make lab | test | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [WORKERS=N] | lessons | bench | clean
+# The first use of any target creates .venv with the pinned packages of requirements.txt.
+# On a machine that already has torch and triton (a lent GPU box, a conda env), skip the venv:
+#   make test PYTHON=python3
+
+VENV    := .venv
+ENV_OK  := $(VENV)/.installed
+ifeq ($(origin PYTHON), command line)
+ENV_DEP :=
+BIN     :=
+else
+PYTHON  := $(VENV)/bin/python
+ENV_DEP := $(ENV_OK)
+BIN     := $(abspath $(VENV)/bin):
+endif
+RUN := PATH="$(BIN)$$PATH" PYTHONPATH="$(CURDIR)" $(PYTHON)
+
+NOTEBOOKS ?=
+SUBMISSIONS ?=
+WORKERS ?= 0
+GRADE_SOURCE := $(if $(SUBMISSIONS),--submissions $(SUBMISSIONS),--notebooks $(or $(NOTEBOOKS),lessons))
+
+.PHONY: env lab test grade lessons bench clean
+
+env: $(ENV_DEP)
+
+$(ENV_OK): requirements.txt pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -r requirements.txt 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+	$(VENV)/bin/pip install -q --no-deps -e . 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+	$(VENV)/bin/python -c "import torch, triton, nbgrader, memfit" && touch $@
+
+lab: $(ENV_DEP)
+	$(RUN) -m jupyter lab lessons/
+
+test: $(ENV_DEP)
+	$(RUN) -m pytest tests -q -ra
+
+grade: $(ENV_DEP)
+	$(RUN) -m autograder $(GRADE_SOURCE) --workers $(WORKERS)
+
+lessons: $(ENV_DEP)
+	$(RUN) -m tools.make_lessons
+
+bench: $(ENV_DEP)
+	$(RUN) -m benchmarks
+
+clean:
+	rm -rf build grades .pytest_cache
+	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -1,0 +1,119 @@
+"""The memory meter: what the live-tensor meter counts, that graded code cannot reset it, and
+(on a GPU) that it agrees with the CUDA caching allocator within 5% on the course's workloads."""
+import pytest
+import torch
+
+import memfit
+from memfit.meter import CUDA_ALLOCATOR, LIVE_TENSORS, LiveTensorMeter, MeterTampered, measure_peak
+
+MiB = 1 << 20
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: needs a GPU")
+
+
+def test_counts_a_new_tensor():
+    _, rep = measure_peak(lambda: torch.empty(MiB // 4), device="cpu")
+    assert rep.peak_bytes == MiB and rep.meter == LIVE_TENSORS
+
+
+def test_peak_counts_temporaries_that_died():
+    def f():
+        tmp = torch.ones(MiB // 4)  # 1 MiB, freed before the end
+        out = tmp * 2  # 1 MiB, alive with tmp
+        del tmp
+        return out
+    _, rep = measure_peak(f, device="cpu", warmup=False)
+    assert rep.peak_bytes == 2 * MiB
+
+
+def test_views_and_inplace_ops_allocate_nothing():
+    x = torch.randn(MiB // 4)
+    def f():
+        v = x.view(-1, 4)[1:]
+        v.mul_(2)
+        return x.t() if x.dim() == 2 else x[::2]
+    _, rep = measure_peak(f, device="cpu", warmup=False)
+    assert rep.peak_bytes == 0
+
+
+def test_freed_memory_is_released_from_current():
+    meter = LiveTensorMeter()
+    with meter:
+        a = torch.empty(1000)
+        del a
+        b = torch.empty(500)
+    assert meter.peak == 4000 and meter.current == 2000
+    del b
+
+
+def test_backward_pass_is_measured():
+    w = torch.randn(256, 256, requires_grad=True)
+    x = torch.randn(64, 256)
+    def step():
+        (x @ w).square().sum().backward()
+    _, rep = measure_peak(step, device="cpu", warmup=False)
+    assert rep.peak_bytes >= w.numel() * 4  # at least the gradient
+
+
+def test_interpreted_kernel_launch_is_free():
+    # Triton's interpreter copies kernel arguments through PyTorch; a compiled launch does not.
+    from autograder.notebook_loader import load_solution
+    ref = load_solution("00_first_kernel")
+    x, y = torch.randn(10_000), torch.randn(10_000)
+    out = torch.empty_like(x)
+    _, rep = measure_peak(ref.scaled_add, x, y, 0.5, out=out)
+    assert rep.peak_bytes == 0
+
+
+def test_measured_code_cannot_reset_the_meter():
+    def cheat():
+        torch.cuda.reset_peak_memory_stats()
+    with pytest.raises(MeterTampered, match="reset the peak-memory statistics"):
+        measure_peak(cheat, device="cpu", warmup=False)
+    assert torch.cuda.reset_peak_memory_stats is not None and "refuse" not in torch.cuda.reset_peak_memory_stats.__name__
+
+
+def test_cuda_meter_needs_cuda_tensors():
+    with pytest.raises(ValueError, match="CUDA allocator meter needs CUDA tensors"):
+        measure_peak(lambda: None, device="cpu", meter=CUDA_ALLOCATOR)
+
+
+def _workloads(device):
+    """The course's kinds of work: an elementwise chain, a fused kernel, a matmul, an MLP training step."""
+    from autograder.notebook_loader import load_solution
+    ref = load_solution("00_first_kernel")
+    n = 1 << 24
+    x, y = torch.randn(n, device=device), torch.randn(n, device=device)
+    a, b = torch.randn(4096, 4096, device=device), torch.randn(4096, 4096, device=device)
+    mlp = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).to(device)
+    opt = torch.optim.AdamW(mlp.parameters())
+    batch = torch.randn(2048, 1024, device=device)
+
+    def train_step():
+        loss = mlp(batch).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return {
+        "eager x + 0.5*y": lambda: x + 0.5 * y,
+        "scaled_add kernel": lambda: ref.scaled_add(x, y, 0.5),
+        "matmul 4096^2": lambda: a @ b,
+        "MLP fwd+bwd+AdamW": train_step,
+    }
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["eager x + 0.5*y", "scaled_add kernel", "matmul 4096^2", "MLP fwd+bwd+AdamW"])
+def test_meters_agree_on_gpu(name):
+    fn = _workloads("cuda")[name]
+    fn()  # the optimizer creates its states on the first step: measure a steady step
+    _, cuda = measure_peak(fn, meter=CUDA_ALLOCATOR, device="cuda")
+    _, live = measure_peak(fn, meter=LIVE_TENSORS, device="cuda")
+    print(f"{name}: allocator {cuda.peak_bytes} bytes, live tensors {live.peak_bytes} bytes")
+    assert cuda.peak_bytes > 0
+    assert abs(live.peak_bytes - cuda.peak_bytes) <= 0.05 * cuda.peak_bytes, (name, cuda.peak_bytes, live.peak_bytes)
+
+
+def test_default_meter_follows_the_device():
+    _, rep = measure_peak(lambda: torch.empty(10), device=memfit.DEVICE)
+    assert rep.meter == (CUDA_ALLOCATOR if memfit.DEVICE.type == "cuda" else LIVE_TENSORS)
