@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import linecache
+import os
 import re
 import signal
 import sys
@@ -31,6 +32,14 @@ class NotebookError(Exception):
 
 class CellTimeout(Exception):
     pass
+
+
+class CellExited(Exception):
+    """A cell called os._exit while the notebook was loading."""
+
+
+def _refuse_exit(status=0):
+    raise CellExited(f"os._exit({status}) called while the notebook was loading")
 
 
 @dataclass
@@ -142,6 +151,15 @@ def load_notebook(path: str | Path, cell_timeout_s: float | None = 60.0) -> Load
     module.__file__ = str(path)
     sys.modules[module.__name__] = module
     loaded = LoadedNotebook(path, lesson, module)
+    real_exit, os._exit = os._exit, _refuse_exit  # a stray os._exit costs its cell, not the notebook
+    try:
+        _run_cells(nb, path, module, loaded, cell_timeout_s)
+    finally:
+        os._exit = real_exit
+    return loaded
+
+
+def _run_cells(nb, path, module, loaded, cell_timeout_s) -> None:
     for index, source in graded_cells(nb):
         filename = f"<{path.name} cell {index}>"
         # Triton's @jit reads a kernel's source back through linecache, as it does in Jupyter.
@@ -152,7 +170,6 @@ def load_notebook(path: str | Path, cell_timeout_s: float | None = 60.0) -> Load
         except (Exception, CellTimeout, SystemExit, KeyboardInterrupt) as exc:
             last = traceback.format_exception_only(type(exc), exc)[-1].strip()
             loaded.errors.append(CellError(index, last))
-    return loaded
 
 
 def solution_path(lesson: str) -> Path:

@@ -20,7 +20,7 @@ from autograder.notebook_loader import load_notebook
 
 def run(notebook: str, check_name: str) -> dict:
     started = time.perf_counter()
-    loaded = load_notebook(notebook, cell_timeout_s=60.0)
+    loaded = load_notebook(notebook, cell_timeout_s=float(os.environ.get("MEMFIT_CELL_TIMEOUT_S", 60)))
     check = {c.name: c for c in checks_for(loaded.lesson)}[check_name]
     missing = [name for name in check.uses if not callable(getattr(loaded.module, name, None))]
     if missing:

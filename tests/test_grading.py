@@ -1,0 +1,164 @@
+"""make grade end to end: the reference gets every CPU point, stubs get 0 with "not implemented
+yet", and broken submissions (a hanging cell, os._exit, an exception at import, a deleted cell,
+invalid JSON, another lesson's notebook, an empty folder) grade without stopping the run, each
+with a row for every check."""
+import copy
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder import gradebook
+from autograder.checks import checks_for
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSON = "00_first_kernel"
+CHECKS = [c.name for c in checks_for(LESSON)]
+CPU_POINTS = sum(c.points for c in checks_for(LESSON) if not c.needs_gpu)
+
+
+def load(folder):
+    return json.loads((ROOT / folder / f"{LESSON}.ipynb").read_text())
+
+
+def cell_index(nb, grade_id):
+    return next(i for i, c in enumerate(nb["cells"]) if (c["metadata"].get("nbgrader") or {}).get("grade_id") == grade_id)
+
+
+def code_cell(source):
+    return {"cell_type": "code", "metadata": {}, "source": source, "outputs": [], "execution_count": None}
+
+
+def with_source(nb, grade_id, source):
+    nb = copy.deepcopy(nb)
+    nb["cells"][cell_index(nb, grade_id)]["source"] = source
+    return nb
+
+
+def run_grader(*args, timeout=900, **env):
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    proc = subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+    return proc
+
+
+def rows_by(out, student):
+    with open(out / "gradebook.csv", newline="") as f:
+        return {r["check"]: r for r in csv.DictReader(f) if r["student"] == student}
+
+
+@pytest.fixture(scope="module")
+def class_run(tmp_path_factory):
+    subs = tmp_path_factory.mktemp("submissions")
+    solution, stub = load("solutions"), load("lessons")
+    bytes_src = "".join(stub["cells"][cell_index(stub, "bytes_of_solution")]["source"])
+    notebooks = {
+        "perfect": solution,
+        "stub": stub,
+        "hanging_cell": {**solution, "cells": solution["cells"] + [code_cell("import time\nwhile True:\n    time.sleep(0.05)\n")]},
+        "hanging_function": with_source(solution, "bytes_of_solution", bytes_src.replace("raise NotImplementedError()", "while True:\n        pass")),
+        "exit_in_cell": {**solution, "cells": solution["cells"] + [code_cell("import os\nos._exit(3)\n")]},
+        "exit_in_function": with_source(solution, "scaled_add_solution",
+                                        "import os\ndef scaled_add(x, y, alpha, out=None):\n    os._exit(7)\n"),
+        "raises_at_import": {**solution, "cells": solution["cells"][:2] + [code_cell("import a_package_that_does_not_exist\n")] + solution["cells"][2:]},
+        "deleted_cell": {**solution, "cells": [c for i, c in enumerate(solution["cells"]) if i != cell_index(solution, "scaled_add_solution")]},
+        "wrong_lesson": {**solution, "metadata": {**solution["metadata"], "memfit": {"lesson": "01_memory"}}},
+    }
+    for student, nb in notebooks.items():
+        (subs / student).mkdir()
+        (subs / student / f"{LESSON}.ipynb").write_text(json.dumps(nb))
+    (subs / "invalid_json").mkdir()
+    (subs / "invalid_json" / f"{LESSON}.ipynb").write_text('{"cells": [')
+    (subs / "no_notebooks").mkdir()
+    (subs / "no_notebooks" / "notes.txt").write_text("forgot to upload")
+    out = tmp_path_factory.mktemp("grades")
+    proc = run_grader("--submissions", subs, "--workers", 2, "--out", out,
+                      MEMFIT_CHECK_TIMEOUT_S="45", MEMFIT_CELL_TIMEOUT_S="5")
+    return proc, out
+
+
+def test_run_completes_and_reports_what_it_could_not_grade(class_run):
+    proc, out = class_run
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no_notebooks: no notebooks in this submission" in proc.stderr
+    assert "is not valid notebook JSON" in proc.stderr
+    assert "holds lesson 01_memory" in proc.stderr
+
+
+@pytest.mark.parametrize("student", ["perfect", "stub", "hanging_cell", "hanging_function", "exit_in_cell",
+                                     "exit_in_function", "raises_at_import", "deleted_cell", "invalid_json", "wrong_lesson"])
+def test_every_student_has_a_row_for_every_check(class_run, student):
+    _, out = class_run
+    assert sorted(rows_by(out, student)) == sorted(CHECKS)
+
+
+def test_reference_earns_every_cpu_point(class_run):
+    rows = rows_by(class_run[1], "perfect")
+    assert sum(float(r["points"]) for r in rows.values()) == CPU_POINTS
+    assert rows["scaled_add_gpu"]["status"] == "skipped" and "needs a GPU" in rows["scaled_add_gpu"]["message"]
+
+
+def test_stub_earns_nothing_and_is_told_why(class_run):
+    rows = rows_by(class_run[1], "stub")
+    assert all(float(r["points"]) == 0 for r in rows.values())
+    assert all("not implemented yet" in r["message"] for name, r in rows.items() if name != "scaled_add_gpu")
+
+
+@pytest.mark.parametrize("student", ["hanging_cell", "exit_in_cell", "raises_at_import"])
+def test_a_broken_extra_cell_costs_nothing_else(class_run, student):
+    rows = rows_by(class_run[1], student)
+    assert {n: r["status"] for n, r in rows.items() if n != "scaled_add_gpu"} == {n: "passed" for n in CHECKS if n != "scaled_add_gpu"}
+
+
+def test_hanging_function_times_out_alone(class_run):
+    rows = rows_by(class_run[1], "hanging_function")
+    assert rows["bytes_of"]["status"] == "timeout" and "did not finish within 45 s" in rows["bytes_of"]["message"]
+    assert rows["scaled_add_numerics"]["status"] == "passed"
+
+
+def test_exit_inside_a_function_is_an_error_of_its_checks(class_run):
+    rows = rows_by(class_run[1], "exit_in_function")
+    assert rows["scaled_add_numerics"]["status"] == "error" and "exit status 7" in rows["scaled_add_numerics"]["message"]
+    assert rows["bytes_of"]["status"] == "passed"
+
+
+def test_deleted_cell_is_named(class_run):
+    rows = rows_by(class_run[1], "deleted_cell")
+    assert rows["scaled_add_numerics"]["status"] == "error"
+    assert "defines no function scaled_add" in rows["scaled_add_numerics"]["message"]
+    assert rows["bytes_of"]["status"] == "passed"
+
+
+@pytest.mark.parametrize("student, message", [("invalid_json", "not valid notebook JSON"), ("wrong_lesson", "holds lesson 01_memory")])
+def test_unreadable_notebooks_get_error_rows(class_run, student, message):
+    rows = rows_by(class_run[1], student)
+    assert all(r["status"] == "error" and message in r["message"] and float(r["points"]) == 0 for r in rows.values())
+
+
+def test_feedback_pages_exist(class_run):
+    page = class_run[1] / "feedback" / "perfect" / f"{LESSON}.html"
+    assert page.exists() and "scaled_add_numerics" in page.read_text()
+
+
+def test_missing_folder_is_a_one_line_error(tmp_path):
+    proc = run_grader("--notebooks", tmp_path / "nope", "--out", tmp_path / "g")
+    assert proc.returncode == 2 and "no such folder of notebooks" in proc.stderr
+
+
+def test_gradebook_keeps_other_students_rows(tmp_path):
+    book = tmp_path / "gradebook.csv"
+    row = lambda s, pts: gradebook.Row(s, LESSON, "bytes_of", pts, 2, "passed" if pts else "failed", "")
+    gradebook.merge(book, [row("ann", 2), row("bob", 0)])
+    gradebook.merge(book, [row("bob", 2)])
+    assert {(r.student, r.points) for r in gradebook.read(book)} == {("ann", 2.0), ("bob", 2.0)}
+
+
+def test_unreadable_gradebook_is_kept_aside(tmp_path):
+    book = tmp_path / "gradebook.csv"
+    book.write_text("this is not, the header\n1,2\n")
+    assert gradebook.read(book) == []
+    assert list(tmp_path.glob("gradebook.csv.unreadable-*"))

@@ -1,0 +1,64 @@
+"""The one-source pipeline holds: solutions are valid and consistent with the grader, lessons/
+is generated from them (not stale, no outputs, no solutions)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.checks import checks_for
+from autograder.notebook_loader import is_test_cell, lesson_of, read_notebook
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
+LESSONS = sorted((ROOT / "lessons").glob("*.ipynb"))
+
+
+def nbgrader_meta(cell):
+    return (cell.get("metadata") or {}).get("nbgrader") or {}
+
+
+def test_there_are_lessons():
+    assert SOLUTIONS, "no solution notebooks"
+
+
+@pytest.mark.parametrize("path", SOLUTIONS + LESSONS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_notebook_is_valid_and_has_no_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    carrying = [i for i, c in enumerate(nb.cells, 1) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    assert not carrying, f"{path.name}: cells {carrying} carry outputs; strip them before committing"
+    assert lesson_of(read_notebook(path), path) == path.stem
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_grade_ids_unique_and_matching_the_grader(path):
+    nb = read_notebook(path)
+    ids = [nbgrader_meta(c)["grade_id"] for c in nb["cells"] if nbgrader_meta(c).get("grade_id")]
+    assert len(ids) == len(set(ids)), f"duplicate grade ids: {sorted({i for i in ids if ids.count(i) > 1})}"
+    tests = {nbgrader_meta(c)["grade_id"]: nbgrader_meta(c)["points"] for c in nb["cells"] if is_test_cell(c)}
+    graded = {c.name: c.points for c in checks_for(path.stem)}
+    assert tests == graded, f"test cells {tests} != grader's CHECKS {graded}"
+    for cell in nb["cells"]:
+        src = "".join(cell["source"])
+        if nbgrader_meta(cell).get("solution"):
+            assert "### BEGIN SOLUTION" in src and "### END SOLUTION" in src, nbgrader_meta(cell)["grade_id"]
+        elif "BEGIN SOLUTION" in src:
+            pytest.fail(f"a solution region outside a solution cell: {src[:80]!r}")
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_lessons_hold_stubs_not_solutions(path):
+    text = path.read_text()
+    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+    assert "raise NotImplementedError()" in text
+
+
+def test_lessons_are_generated_from_solutions():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "tools.make_lessons", "--check"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
