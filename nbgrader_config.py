@@ -21,3 +21,6 @@ c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 # Graded cells need the course library on the path when nbgrader executes them.
 c.Execute.timeout = 600
+# Kernels nbgrader starts inherit this: a check that cannot run here (a GPU check on a CPU) raises
+# "skipped: needs a GPU" and earns 0, instead of printing and passing (autograder.checks.skip).
+os.environ["MEMFIT_GRADING"] = "1"

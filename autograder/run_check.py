@@ -13,9 +13,12 @@ import sys
 import time
 import traceback
 
-import memfit  # noqa: F401  (decides TRITON_INTERPRET before any notebook imports triton)
-from autograder.checks import CheckSkipped, LearnerCodeError, NotImplementedYet, CheckFailed, checks_for
-from autograder.notebook_loader import load_notebook
+os.environ["MEMFIT_GRADING"] = "1"  # a skipped check raises instead of printing (autograder.checks.skip)
+
+import memfit  # noqa: E402,F401  (decides TRITON_INTERPRET before any notebook imports triton)
+from autograder.checks import (  # noqa: E402
+    CheckFailed, CheckSkipped, LearnerCodeError, NotImplementedYet, checks_for)
+from autograder.notebook_loader import load_notebook  # noqa: E402
 
 
 def run(notebook: str, check_name: str) -> dict:
@@ -47,7 +50,10 @@ def run(notebook: str, check_name: str) -> dict:
 
 def main(argv: list[str]) -> int:
     notebook, check_name, result_path = argv
-    result = run(notebook, check_name)
+    try:
+        result = run(notebook, check_name)
+    except Exception as exc:  # noqa: BLE001  (a fault of the grader, not of the notebook: say so)
+        result = dict(status="error", message=f"grader error, please report it: {''.join(traceback.format_exception_only(type(exc), exc)).strip()}")
     tmp = result_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(result, f)

@@ -6,7 +6,7 @@ import math
 import torch
 
 import memfit
-from autograder.checks import Check, KernelSpec, CheckFailed, CheckSkipped, call_learner, check_cases
+from autograder.checks import Check, KernelSpec, CheckFailed, call_learner, check_cases, skip
 from autograder.checks.numerics import assert_close_by_rule, expect_like
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
 
@@ -124,14 +124,15 @@ def check_scaled_add_memory(scaled_add, cases: str = "visible") -> None:
 def check_scaled_add_gpu(scaled_add, cases: str = "visible") -> None:
     """The compiled kernel at GPU scale: numerics in every dtype the card has, memory by the CUDA allocator."""
     if not torch.cuda.is_available():
-        raise CheckSkipped("skipped: needs a GPU (checks the compiled kernel on ~16M elements, "
-                           "memory measured by the CUDA allocator)")
+        return skip("skipped: needs a GPU (checks the compiled kernel on ~16M elements, "
+                    "memory measured by the CUDA allocator)")
     visible, hidden = check_cases(cases)
     n = memfit.size("first_kernel")["n_check_large"]
     dtypes = memfit.profile().dtypes if hidden else (torch.float16,)
     for seed, dtype in enumerate(dtypes):
         _check_one(scaled_add, n, dtype, memfit.DEVICE, seed=100 + seed)
         _check_memory(scaled_add, n, dtype, memfit.DEVICE)
+    print(f"scaled_add: GPU checks passed ({', '.join(str(d).replace('torch.', '') for d in dtypes)}, n={n:,})")
 
 
 CHECKS = [
