@@ -29,7 +29,7 @@ $(ENV_OK): requirements.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r requirements.txt 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 	$(VENV)/bin/pip install -q --no-deps -e . 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
-	$(VENV)/bin/python -c "import torch, triton, nbgrader, memfit" && touch $@
+	$(VENV)/bin/python -c "import memfit, torch, triton, nbgrader" && touch $@
 
 lab: $(ENV_DEP)
 	$(RUN) -m jupyter lab lessons/
