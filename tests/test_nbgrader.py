@@ -1,10 +1,8 @@
 """The course also runs as a plain nbgrader course: generate_assignment, autograde and
 generate_feedback headless on sample submissions. (`nbgrader validate` exits 0 even when tests
 fail, so scores are read from nbgrader's gradebook, never from an exit code.)"""
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,11 +15,8 @@ pytest.importorskip("nbgrader", reason="skipped: nbgrader is not installed (make
 
 
 def nbgrader(root: Path, *args: str) -> subprocess.CompletedProcess:
-    bin_dir = str(Path(sys.executable).parent)
-    env = dict(os.environ, MEMFIT_NBGRADER_ROOT=str(root), PYTHONPATH=str(ROOT),
-               PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
-    exe = Path(sys.executable).with_name("nbgrader")
-    return subprocess.run([str(exe) if exe.exists() else "nbgrader", *args, "--log-level=WARN"], cwd=ROOT, env=env,
+    from tools.make_lessons import nbgrader_command, nbgrader_env
+    return subprocess.run(nbgrader_command() + [*args, "--log-level=WARN"], cwd=ROOT, env=nbgrader_env(root),
                           capture_output=True, text=True, timeout=900)
 
 
