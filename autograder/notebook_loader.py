@@ -21,7 +21,8 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from autograder import ROOT
+
 LESSON_NAME = re.compile(r"^(\d\d)_[a-z0-9_]+$")
 DEMO_TAG = "demo"
 

@@ -5,19 +5,18 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import json
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import feedback, gradebook
+from autograder import ROOT, course_env, feedback, gradebook
 from autograder.checks import Check, checks_for
 from autograder.gradebook import Row
 from autograder.notebook_loader import LESSON_NAME, NotebookError, lesson_of, read_notebook
 
-ROOT = Path(__file__).resolve().parent.parent
 LOAD_ALLOWANCE_S = 90.0  # importing torch and running a notebook's cells, on top of a check's own limit
 OUTPUT_TAIL = 600
 
@@ -47,7 +46,7 @@ def run_check(notebook: Path, check: Check) -> tuple[str, str]:
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         result = Path(tmp) / "result.json"
         log = Path(tmp) / "output.txt"
-        env = dict(os.environ, MPLBACKEND="Agg", PYTHONHASHSEED="0", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = course_env(MPLBACKEND="Agg", PYTHONHASHSEED="0")
         limit = float(os.environ.get("MEMFIT_CHECK_TIMEOUT_S", check.timeout_s + LOAD_ALLOWANCE_S))
         with log.open("w") as out:
             proc = subprocess.Popen([sys.executable, "-m", "autograder.run_check", str(notebook.resolve()), check.name, str(result)],
@@ -74,25 +73,26 @@ def run_check(notebook: Path, check: Check) -> tuple[str, str]:
                          f"does the notebook call os._exit, sys.exit or crash? Output: {_tail(log.read_text(errors='replace'))}")
 
 
+def _checks_or_none(lesson: str) -> list[Check]:
+    """A lesson's checks, or none when the name is not a course lesson."""
+    if not LESSON_NAME.match(lesson):
+        return []
+    try:
+        return checks_for(lesson)
+    except LookupError:
+        return []
+
+
 def plan(student: str, notebook: Path) -> Job:
     """What to grade in one notebook; a notebook that cannot be read becomes rows of errors."""
     try:
         lesson = lesson_of(read_notebook(notebook), notebook)
-        return Job(student, notebook, lesson, checks_for(lesson))
-    except NotebookError as exc:
-        stem = notebook.stem
-        checks = checks_for(stem) if LESSON_NAME.match(stem) and _lesson_exists(stem) else []
-        return Job(student, notebook, stem, checks, problem=str(exc))
-    except LookupError as exc:
-        return Job(student, notebook, notebook.stem, [], problem=f"{notebook}: {exc}")
-
-
-def _lesson_exists(lesson: str) -> bool:
-    try:
-        checks_for(lesson)
-        return True
-    except LookupError:
-        return False
+    except NotebookError as exc:  # rows for the checks of the lesson its file name claims
+        return Job(student, notebook, notebook.stem, _checks_or_none(notebook.stem), problem=str(exc))
+    checks = _checks_or_none(lesson)
+    if not checks:
+        return Job(student, notebook, lesson, [], problem=f"{notebook}: no checks exist for lesson {lesson}")
+    return Job(student, notebook, lesson, checks)
 
 
 def grade_job(job: Job, workers: int, progress) -> None:

@@ -6,10 +6,8 @@ Markdown table beside it. Timing needs a GPU: on a CPU the interpreter's speed s
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import json
-import os
 import platform
 import re
 import subprocess
@@ -22,7 +20,7 @@ import memfit  # noqa: F401  (before triton)
 import torch
 import triton
 
-ROOT = Path(__file__).resolve().parent.parent
+from autograder import ROOT, course_env, gradebook
 LESSON_BENCHMARKS = ["first_kernel"]
 
 
@@ -38,13 +36,12 @@ def grading_seconds() -> dict:
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "autograder", "--notebooks", "solutions", "--out", out],
-                              cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True)
+                              cwd=ROOT, env=course_env(), capture_output=True, text=True)
         total = time.perf_counter() - start
-        with open(Path(out) / "gradebook.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-    lessons = sorted({r["lesson"] for r in rows})
+        rows = gradebook.read(Path(out) / "gradebook.csv")
+    lessons = sorted({r.lesson for r in rows})
     return dict(exit_status=proc.returncode, total_seconds=round(total, 1), workers=1,
-                per_lesson={lesson: {r["check"]: r["status"] for r in rows if r["lesson"] == lesson} for lesson in lessons},
+                per_lesson={lesson: {r.check: r.status for r in rows if r.lesson == lesson} for lesson in lessons},
                 seconds_per_lesson=round(total / max(1, len(lessons)), 1))
 
 

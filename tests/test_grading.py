@@ -5,14 +5,13 @@ with a row for every check."""
 import copy
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from autograder import gradebook
+from autograder import course_env, gradebook
 from autograder.checks import checks_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,8 +39,7 @@ def with_source(nb, grade_id, source):
 
 
 def run_grader(*args, timeout=900, **env):
-    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **env)
-    proc = subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], cwd=ROOT, env=full_env,
+    proc = subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], cwd=ROOT, env=course_env(**env),
                           capture_output=True, text=True, timeout=timeout)
     return proc
 

@@ -1,7 +1,5 @@
 """The one-source pipeline holds: solutions are valid and consistent with the grader, lessons/
 is generated from them (not stale, no outputs, no solutions)."""
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +8,7 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat", reason="skipped: nbformat is not installed (make test installs it)")
 
+from autograder import course_env
 from autograder.checks import checks_for
 from autograder.notebook_loader import is_test_cell, lesson_of, read_notebook
 
@@ -60,7 +59,6 @@ def test_lessons_hold_stubs_not_solutions(path):
 
 def test_lessons_are_generated_from_solutions():
     pytest.importorskip("nbgrader", reason="skipped: nbgrader is not installed (make test installs it)")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tools.make_lessons", "--check"], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "tools.make_lessons", "--check"], cwd=ROOT, env=course_env(),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -16,17 +16,15 @@ import sys
 
 os.environ["TRITON_INTERPRET"] = "0"  # @triton.jit must build real JITFunctions, even with no GPU
 
-from pathlib import Path  # noqa: E402
-
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from autograder.checks import checks_for, lesson_topic  # noqa: E402,F401
+from autograder import ROOT  # noqa: E402
+from autograder.checks import lesson_topic  # noqa: E402
 from autograder.notebook_loader import load_solution  # noqa: E402
 from memfit.hardware import config, profile_for  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
 
 

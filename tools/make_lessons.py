@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from autograder import ROOT, course_env
 
 
 def nbgrader_command() -> list[str]:
@@ -29,8 +29,7 @@ def nbgrader_command() -> list[str]:
 def nbgrader_env(root: Path) -> dict:
     """nbgrader runs `alembic` from PATH: put this interpreter's bin folder first."""
     bin_dir = str(Path(sys.executable).parent)
-    return dict(os.environ, MEMFIT_NBGRADER_ROOT=str(root), PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""),
-                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return course_env(MEMFIT_NBGRADER_ROOT=str(root), PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
 
 
 def normalize(nb: dict) -> dict:

@@ -95,7 +95,7 @@ def lesson_topic(lesson: str) -> str:
 
 
 def checks_for(lesson: str) -> list[Check]:
-    """The CHECKS list of a lesson; ModuleNotFoundError names the lesson when it has none."""
+    """The CHECKS list of a lesson; LookupError names the lesson when it has none."""
     try:
         module = importlib.import_module(f"autograder.checks.{lesson_topic(lesson)}")
     except ModuleNotFoundError as exc:
