@@ -1,0 +1,242 @@
+"""One training step of the course GPT, and the instruments that watch its memory.
+
+* `Trainer`: model + optimizer + precision; `step(idx, targets)` is forward, backward, optimizer
+  step, `zero_grad(set_to_none=True)`: the step whose peak the lessons predict.
+* `measure_step`: the peak of a steady-state step (after a warm-up step has created the optimizer
+  states), from the course meter, as total bytes of tensors.
+* `timeline`: memory after every op of a step, with its phase (forward, backward, optimizer).
+* `saved_tensors`: what autograd keeps for backward, found with saved_tensors_hooks.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from memfit.gpt import GPT, GPTConfig
+from memfit.meter import CUDA_ALLOCATOR, LIVE_TENSORS, LiveTensorMeter, measure_peak
+
+PRECISIONS = ("fp32", "amp", "bf16")  # fp32 everywhere | autocast, fp32 weights | bf16 weights and states
+OPTIMIZERS = ("adamw", "sgd")  # torch.optim.AdamW | SGD with momentum, both in their foreach form
+
+
+def amp_dtype(device: torch.device | str) -> torch.dtype:
+    """The autocast dtype: bf16 where the GPU has bf16 tensor cores (sm_80+) or on a CPU; fp16 on a
+    T4 or V100."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
+        return torch.float16
+    return torch.bfloat16
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, not {value!r}")
+
+
+class Trainer:
+    def __init__(self, cfg: GPTConfig, precision: str = "amp", optimizer: str = "adamw",
+                 recompute: str = "none", device=None, seed: int = 0):
+        from memfit.runtime import DEVICE
+        _check_choice("precision", precision, PRECISIONS)
+        _check_choice("optimizer", optimizer, OPTIMIZERS)
+        self.cfg, self.precision, self.device = cfg, precision, torch.device(device or DEVICE)
+        torch.manual_seed(seed)
+        self.model = GPT(cfg, recompute).to(self.device)
+        if precision == "bf16":
+            self.model.to(torch.bfloat16)
+        params = list(self.model.parameters())
+        if optimizer == "adamw":
+            self.optimizer = torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1, foreach=True)
+        else:
+            self.optimizer = torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=True)
+        self.low_dtype = amp_dtype(self.device)
+        # fp16 autocast needs loss scaling (its exponent range is narrow); bf16 does not.
+        self.scaler = torch.amp.GradScaler(self.device.type) if (
+            precision == "amp" and self.low_dtype == torch.float16) else None
+        self.phase = "idle"  # read by `timeline`
+
+    def autocast(self):
+        if self.precision != "amp":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.low_dtype)
+
+    def step(self, idx: torch.Tensor, targets: torch.Tensor) -> float:
+        self.phase = "forward"
+        with self.autocast():
+            loss = self.model(idx, targets)
+        self.phase = "backward"
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        self.phase = "optimizer"
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.phase = "idle"
+        return loss.detach()
+
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes of the tensors that live between steps: parameters and optimizer states."""
+        params = {id(p): p for p in self.model.parameters()}
+        states = [t for s in self.optimizer.state.values() for t in s.values()
+                  if isinstance(t, torch.Tensor) and t.device.type == self.device.type]  # not AdamW's CPU step counts
+        return {"params": sum(p.numel() * p.element_size() for p in params.values()),
+                "optimizer": sum(t.numel() * t.element_size() for t in states)}
+
+
+def random_batch(cfg: GPTConfig, batch: int, seq: int, device, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), generator=gen).to(device)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+@dataclass
+class StepMemory:
+    peak: int  # bytes of tensors alive at the step's peak: states + the peak extra of the step
+    states: dict[str, int]  # bytes alive before the step (params, optimizer)
+    extra: int  # the meter's peak extra bytes during the step
+    meter: str
+
+    def __str__(self) -> str:
+        from memfit.meter import format_bytes
+        return f"peak {format_bytes(self.peak)} ({self.meter}): states {format_bytes(sum(self.states.values()))} + step {format_bytes(self.extra)}"
+
+
+def measure_step(trainer: Trainer, batch: int, seq: int, meter: str | None = None) -> StepMemory:
+    """Peak tensor memory of one steady-state training step (the optimizer states already exist:
+    the warm-up step creates them)."""
+    idx, targets = random_batch(trainer.cfg, batch, seq, trainer.device)
+    trainer.step(idx, targets)  # warm-up: optimizer states, cuBLAS handles, autotuning
+    states = trainer.state_bytes()
+    _, report = measure_peak(trainer.step, idx, targets, device=trainer.device, meter=meter, warmup=False)
+    return StepMemory(sum(states.values()) + report.peak_bytes, states, report.peak_bytes, report.meter)
+
+
+# ------------------------------------------------------------------------------------------ timeline
+
+@dataclass
+class Timeline:
+    ops: list[str] = field(default_factory=list)
+    phases: list[str] = field(default_factory=list)
+    allocated: list[int] = field(default_factory=list)  # bytes after each op, states included
+    meter: str = ""
+
+    @property
+    def peak(self) -> int:
+        return max(self.allocated)
+
+    @property
+    def peak_phase(self) -> str:
+        return self.phases[self.allocated.index(self.peak)]
+
+    def at_phase_ends(self) -> dict[str, int]:
+        """Bytes allocated after the last op of each phase."""
+        ends = {}
+        for phase, value in zip(self.phases, self.allocated):
+            ends[phase] = value
+        return ends
+
+
+class _OpRecorder(TorchDispatchMode):
+    def __init__(self, trainer: Trainer, timeline: Timeline, read_bytes):
+        super().__init__()
+        self.trainer, self.timeline, self.read_bytes = trainer, timeline, read_bytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.timeline.ops.append(str(func.overloadpacket))
+        self.timeline.phases.append(self.trainer.phase)
+        self.timeline.allocated.append(self.read_bytes())
+        return out
+
+
+def timeline(trainer: Trainer, idx: torch.Tensor, targets: torch.Tensor) -> Timeline:
+    """Bytes of tensors alive after every op of one step. On a GPU, from the CUDA allocator (all
+    tensors on the device); on a CPU, from the live-tensor meter (started with the states' bytes)."""
+    line = Timeline()
+    base = sum(trainer.state_bytes().values())
+    if trainer.device.type == "cuda":
+        # Count from the states: other allocations (workspaces, tensors of earlier cells) are not the step's.
+        torch.cuda.synchronize()
+        offset = base - torch.cuda.memory_allocated(trainer.device)
+        line.meter = CUDA_ALLOCATOR
+        with _OpRecorder(trainer, line, lambda: offset + torch.cuda.memory_allocated(trainer.device)):
+            trainer.step(idx, targets)
+        return line
+    line.meter = LIVE_TENSORS
+    live = LiveTensorMeter()
+    # The recorder runs inside the meter's mode, so each reading includes the op's outputs.
+    with live, _OpRecorder(trainer, line, lambda: base + live.current):
+        trainer.step(idx, targets)
+    return line
+
+
+# ------------------------------------------------------------------------------------ saved tensors
+
+@dataclass
+class SavedTensor:
+    module: str  # the innermost module running when autograd saved it
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    nbytes: int  # bytes of its whole storage (a saved view keeps all of it alive)
+    kind: str  # "activation", "parameter" (a weight saved by its own op) or "weight copy" (autocast's cast)
+
+
+def saved_tensors(model: GPT, idx: torch.Tensor, targets: torch.Tensor, autocast=None) -> list[SavedTensor]:
+    """Every distinct storage autograd saves during the forward pass of model(idx, targets),
+    attributed to the module that saved it. Run with recompute="none" (checkpointing saves through
+    its own hooks)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, SavedTensor] = {}
+    stack = ["model"]
+    names = {m: n for n, m in model.named_modules()}
+
+    def pre(module, _args):
+        stack.append(names[module] or "model")
+
+    def post(module, _args, _out):
+        stack.pop()
+
+    def pack(t: torch.Tensor):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr and ptr not in seen:
+            if ptr in params:
+                kind = "parameter"
+            elif _is_weight_cast(t):
+                kind = "weight copy"
+            else:
+                kind = "activation"
+            seen[ptr] = SavedTensor(stack[-1], tuple(t.shape), t.dtype, t.untyped_storage().nbytes(), kind)
+        return t
+
+    handles = [m.register_forward_pre_hook(pre) for m in model.modules()]
+    handles += [m.register_forward_hook(post) for m in model.modules()]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), (autocast or contextlib.nullcontext()):
+            loss = model(idx, targets)
+    finally:
+        for h in handles:
+            h.remove()
+    del loss
+    return list(seen.values())
+
+
+def _is_weight_cast(t: torch.Tensor) -> bool:
+    """A cast of a parameter (autocast's low-precision weight copy), possibly seen through a view."""
+    fn = t.grad_fn
+    for _ in range(3):
+        if fn is None:
+            return False
+        if type(fn).__name__.startswith("ToCopyBackward"):
+            return any(type(nxt).__name__ == "AccumulateGrad" for nxt, _ in fn.next_functions if nxt is not None)
+        fn = fn.next_functions[0][0] if fn.next_functions else None
+    return False
+
+
+def all_tensors(obj) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor)]
