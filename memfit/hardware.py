@@ -122,6 +122,11 @@ PROBLEM_SIZES: dict[str, dict[str, dict]] = {
         "cpu": dict(n_demo=1 << 16, n_check_large=(1 << 16) + 3),
         "gpu": dict(n_demo=1 << 26, n_check_large=(1 << 24) + 3),
     },
+    # Lessons 01-02: which course GPT (memfit.gpt.COURSE_CONFIGS) a demo trains, at what batch and length.
+    "training_step": {
+        "cpu": dict(config="tiny", batch=4, seq=128),
+        "gpu": dict(config="small", batch=4, seq=1024),
+    },
 }
 
 

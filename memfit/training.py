@@ -83,8 +83,9 @@ class Trainer:
     def state_bytes(self) -> dict[str, int]:
         """Bytes of the tensors that live between steps: parameters and optimizer states."""
         params = {id(p): p for p in self.model.parameters()}
-        states = [t for s in self.optimizer.state.values() for t in s.values()
-                  if isinstance(t, torch.Tensor) and t.device.type == self.device.type]  # not AdamW's CPU step counts
+        # AdamW's "step" counters are scalars kept on the CPU (unless capturable): not model states.
+        states = [t for s in self.optimizer.state.values() for key, t in s.items()
+                  if isinstance(t, torch.Tensor) and key != "step"]
         return {"params": sum(p.numel() * p.element_size() for p in params.values()),
                 "optimizer": sum(t.numel() * t.element_size() for t in states)}
 
