@@ -177,6 +177,26 @@ def timeline(trainer: Trainer, idx: torch.Tensor, targets: torch.Tensor) -> Time
     return line
 
 
+def bytes_after_forward(trainer: Trainer, idx: torch.Tensor, targets: torch.Tensor) -> int:
+    """Bytes of tensors a forward pass leaves alive for backward: what autograd saved (or, under
+    recomputation, what checkpointing kept), measured by the course meter."""
+    if trainer.device.type == "cuda":
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated(trainer.device)
+        with trainer.autocast():
+            loss = trainer.model(idx, targets)
+        torch.cuda.synchronize()
+        kept = torch.cuda.memory_allocated(trainer.device) - before
+    else:
+        live = LiveTensorMeter()
+        with live:
+            with trainer.autocast():
+                loss = trainer.model(idx, targets)
+            kept = live.current
+    del loss
+    return kept
+
+
 # ------------------------------------------------------------------------------------ saved tensors
 
 @dataclass
