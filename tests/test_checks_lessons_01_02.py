@@ -130,3 +130,18 @@ def test_predict_peak_on_the_gpu():
     act_checks.check_predict_peak_gpu(ref02.predict_peak, cases="all")
     with pytest.raises(CheckFailed, match="error"):
         act_checks.check_predict_peak_gpu(act_mutants.peak_without_logit_gradients, cases="visible")
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-mha"])
+@pytest.mark.parametrize("precision", ["fp32", "amp", "bf16"])
+def test_activation_formula_equals_the_saved_tensor_census(name, precision):
+    """Lesson 02's formula, against what saved_tensors_hooks sees block 1 save (block 0 also holds the fp32
+    RoPE tables that every block shares)."""
+    from memfit.gpt import COURSE_CONFIGS
+    from memfit.training import Trainer, random_batch, saved_tensors
+    cfg = COURSE_CONFIGS[name]
+    trainer = Trainer(cfg, precision, device="cpu")
+    idx, targets = random_batch(cfg, 3, 50, "cpu")
+    saved = saved_tensors(trainer.model, idx, targets, trainer.autocast())
+    block1 = sum(s.nbytes for s in saved if s.module.startswith("blocks.1") and s.kind == "activation")
+    assert block1 == ref02.activation_bytes(cfg, 3, 50, precision, "none")
