@@ -1,0 +1,158 @@
+"""Run a function on N ranks of torch.distributed, from a notebook cell, a check or a test.
+
+    results = run_ranks("memfit.dist:demo_all_reduce", world_size=2)        # a module's function
+    results = run_ranks("lessons/03_zero.ipynb::zero_step", world_size=2)   # a notebook's function
+
+Each rank is its own Python process, started with a fresh rendezvous port (never a fixed one). The
+function is called as fn(rank, world_size, **args) after init_process_group, and returns something
+JSON can write. The launcher owns the processes: when a rank exits with an error the others are
+killed at once, when the time limit passes all are killed, and either way DistributedFailure says
+which rank failed and shows the end of its stderr. No process outlives the call.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+class DistributedFailure(RuntimeError):
+    """A rank crashed, hung past the time limit, or returned nothing."""
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, chars: int = 2000) -> str:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return text[-chars:].strip()
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # the rank and anything it started
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        p.wait()
+
+
+def run_ranks(target: str, world_size: int, *, backend: str = "gloo", args: dict | None = None,
+              timeout_s: float = 120.0, env: dict | None = None) -> list[Any]:
+    """Run `target` on `world_size` ranks; return each rank's result, in rank order."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if backend == "nccl":
+        import torch
+        if torch.cuda.device_count() < world_size:
+            raise ValueError(f"nccl with {world_size} ranks needs {world_size} GPUs; "
+                             f"this machine has {torch.cuda.device_count()}")
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="memfit-dist-") as tmp:
+        tmpdir = Path(tmp)
+        spec = dict(target=target, world_size=world_size, backend=backend, args=args or {}, port=port)
+        (tmpdir / "spec.json").write_text(json.dumps(spec))
+        root = str(Path(__file__).resolve().parent.parent)
+        child_env = dict(os.environ, **(env or {}))
+        child_env["PYTHONPATH"] = root + os.pathsep + child_env.get("PYTHONPATH", "")
+        procs = []
+        try:
+            for rank in range(world_size):
+                with open(tmpdir / f"rank{rank}.err", "w") as err:
+                    procs.append(subprocess.Popen(
+                        [sys.executable, "-m", "memfit.dist", str(tmpdir), str(rank)], env=child_env,
+                        stdout=err, stderr=subprocess.STDOUT, start_new_session=True))
+            deadline = time.monotonic() + timeout_s
+            while True:
+                codes = [p.poll() for p in procs]
+                failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+                if failed:
+                    time.sleep(0.5)  # let a peer's own error land too: the first failure is often not the cause
+                    codes = [p.poll() for p in procs]
+                    failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+                    _kill_all(procs)
+                    report = "\n".join(f"--- rank {r} (exit status {codes[r]}):\n{_tail(tmpdir / f'rank{r}.err')}"
+                                       for r in failed)
+                    raise DistributedFailure(f"{target}: rank(s) {failed} of {world_size} exited with an error; "
+                                             f"the others were stopped.\n{report}")
+                if all(c == 0 for c in codes):
+                    break
+                if time.monotonic() > deadline:
+                    waiting = [r for r, c in enumerate(codes) if c is None]
+                    _kill_all(procs)
+                    raise DistributedFailure(f"{target}: rank(s) {waiting} of {world_size} still running after "
+                                             f"{timeout_s:.0f} s (a hang, or a collective some rank never joined); "
+                                             f"all ranks were stopped. Last output of rank {waiting[0]}:\n"
+                                             f"{_tail(tmpdir / f'rank{waiting[0]}.err')}")
+                time.sleep(0.05)
+        finally:
+            _kill_all(procs)
+        results = []
+        for rank in range(world_size):
+            out = tmpdir / f"rank{rank}.json"
+            if not out.exists():
+                raise DistributedFailure(f"{target}: rank {rank} exited without a result")
+            results.append(json.loads(out.read_text()))
+        return results
+
+
+def _resolve(target: str):
+    if "::" in target:  # a notebook's function: load the notebook's graded code, as the grader does
+        path, name = target.split("::", 1)
+        from autograder.notebook_loader import load_notebook
+        loaded = load_notebook(path)
+        if not hasattr(loaded.module, name):
+            problems = "; ".join(map(str, loaded.errors)) or "no cell defines it"
+            raise LookupError(f"{path} defines no {name} ({problems})")
+        return getattr(loaded.module, name)
+    module, name = target.split(":", 1)
+    import importlib
+    return getattr(importlib.import_module(module), name)
+
+
+def _worker(tmpdir: str, rank: int) -> None:
+    import memfit  # noqa: F401  (decides TRITON_INTERPRET before anything imports triton)
+    import torch
+    import torch.distributed as dist
+
+    spec = json.loads((Path(tmpdir) / "spec.json").read_text())
+    world = spec["world_size"]
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(spec["port"]))
+    if spec["backend"] == "nccl":
+        torch.cuda.set_device(rank)
+    fn = _resolve(spec["target"])
+    dist.init_process_group(spec["backend"], init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
+                            world_size=world)
+    try:
+        result = fn(rank, world, **spec["args"])
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    (Path(tmpdir) / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def demo_all_reduce(rank: int, world_size: int) -> dict:
+    """Each rank contributes rank + 1; all receive the sum."""
+    import torch
+    import torch.distributed as dist
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    return {"rank": rank, "sum": t.item()}
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1], int(sys.argv[2]))
