@@ -21,3 +21,9 @@ def hang_on_rank_1(rank, world_size):
 
 def returns_args(rank, world_size, scale):
     return {"rank": rank, "value": rank * scale}
+
+
+def nccl_all_reduce(rank, world_size):
+    t = torch.tensor([float(rank + 1)], device="cuda")
+    dist.all_reduce(t)
+    return {"rank": rank, "sum": t.item(), "device": torch.cuda.current_device()}

@@ -45,3 +45,11 @@ def test_bad_arguments():
         run_ranks("memfit.dist:demo_all_reduce", 0)
     with pytest.raises(DistributedFailure, match="no_such_function"):
         run_ranks("memfit.dist:no_such_function", 1, timeout_s=60)
+
+
+def test_all_reduce_on_two_nccl_ranks():
+    import torch
+    if torch.cuda.device_count() < 2:
+        pytest.skip("skipped: needs 2 GPUs")
+    assert run_ranks("tests.dist_targets:nccl_all_reduce", 2, backend="nccl") == [
+        {"rank": 0, "sum": 3.0, "device": 0}, {"rank": 1, "sum": 3.0, "device": 1}]
