@@ -16,7 +16,6 @@ SiLU and the gating product), the policy torchtitan calls op-level selective che
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 import torch

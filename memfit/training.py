@@ -5,6 +5,7 @@
 * `measure_step`: the peak of a steady-state step (after a warm-up step has created the optimizer
   states), from the course meter, as total bytes of tensors.
 * `timeline`: memory after every op of a step, with its phase (forward, backward, optimizer).
+* `bytes_after_forward`: what a forward pass leaves alive for backward, measured.
 * `saved_tensors`: what autograd keeps for backward, found with saved_tensors_hooks.
 """
 from __future__ import annotations
@@ -14,7 +15,6 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from memfit.gpt import GPT, GPTConfig
 from memfit.meter import CUDA_ALLOCATOR, LIVE_TENSORS, LiveTensorMeter, measure_peak
@@ -64,7 +64,7 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.low_dtype)
 
-    def step(self, idx: torch.Tensor, targets: torch.Tensor) -> float:
+    def step(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.phase = "forward"
         with self.autocast():
             loss = self.model(idx, targets)
@@ -78,7 +78,7 @@ class Trainer:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.phase = "idle"
-        return loss.detach()
+        return loss.detach()  # a tensor: reading it would synchronize the GPU
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of the tensors that live between steps: parameters and optimizer states."""
@@ -134,13 +134,6 @@ class Timeline:
     @property
     def peak_phase(self) -> str:
         return self.phases[self.allocated.index(self.peak)]
-
-    def at_phase_ends(self) -> dict[str, int]:
-        """Bytes allocated after the last op of each phase."""
-        ends = {}
-        for phase, value in zip(self.phases, self.allocated):
-            ends[phase] = value
-        return ends
 
 
 class _OpRecorder(TorchDispatchMode):
@@ -258,6 +251,3 @@ def _is_weight_cast(t: torch.Tensor) -> bool:
         fn = fn.next_functions[0][0] if fn.next_functions else None
     return False
 
-
-def all_tensors(obj) -> list[torch.Tensor]:
-    return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor)]
