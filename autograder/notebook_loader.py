@@ -160,13 +160,18 @@ def load_notebook(path: str | Path, cell_timeout_s: float | None = 60.0) -> Load
     return loaded
 
 
+def compile_cell(source: str, path: Path, index: int):
+    """Compile one cell's code under a name that tracebacks show. Triton's @jit reads a kernel's source
+    back through linecache, as it does in Jupyter, so the source is registered there."""
+    filename = f"<{Path(path).name} cell {index}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return compile(source, filename, "exec")
+
+
 def _run_cells(nb, path, module, loaded, cell_timeout_s) -> None:
     for index, source in graded_cells(nb):
-        filename = f"<{path.name} cell {index}>"
-        # Triton's @jit reads a kernel's source back through linecache, as it does in Jupyter.
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         try:
-            code = compile(source, filename, "exec")
+            code = compile_cell(source, path, index)
             _run_cell(code, module.__dict__, cell_timeout_s)
         except (Exception, CellTimeout, SystemExit, KeyboardInterrupt) as exc:
             last = traceback.format_exception_only(type(exc), exc)[-1].strip()

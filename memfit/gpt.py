@@ -215,6 +215,11 @@ class GPT(nn.Module):
         return F.cross_entropy(self.head(x).float().view(b * s, -1), targets.view(b * s))
 
 
+def unique_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """A model's parameters, a shared one (a tied head and embedding) listed once."""
+    return list({id(p): p for p in model.parameters()}.values())
+
+
 def n_params(model: nn.Module) -> int:
     """Parameters of a model, each shared tensor counted once."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    return sum(p.numel() for p in unique_parameters(model))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from memfit.gpt import GPT, GPTConfig
+from memfit.gpt import GPT, GPTConfig, unique_parameters
 from memfit.meter import CUDA_ALLOCATOR, LIVE_TENSORS, LiveTensorMeter, measure_peak
 
 PRECISIONS = ("fp32", "amp", "bf16")  # fp32 everywhere | autocast, fp32 weights | bf16 weights and states
@@ -82,11 +82,10 @@ class Trainer:
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of the tensors that live between steps: parameters and optimizer states."""
-        params = {id(p): p for p in self.model.parameters()}
         # AdamW's "step" counters are scalars kept on the CPU (unless capturable): not model states.
         states = [t for s in self.optimizer.state.values() for key, t in s.items()
                   if isinstance(t, torch.Tensor) and key != "step"]
-        return {"params": sum(p.numel() * p.element_size() for p in params.values()),
+        return {"params": sum(p.numel() * p.element_size() for p in unique_parameters(self.model)),
                 "optimizer": sum(t.numel() * t.element_size() for t in states)}
 
 

@@ -3,7 +3,8 @@
     python -m tools.run_notebook solutions/02_activations.ipynb [...]
 
 For machines without Jupyter (the lent GPU boxes) and for the course's own test that each solution
-runs within its time budget. Plots go to matplotlib's Agg backend; magics are skipped.
+runs top to bottom. Plots go to matplotlib's Agg backend; cells are compiled as the grader's loader
+compiles them (magics become `pass`, Triton kernels can read their source).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import os
 import sys
 import time
 
-from autograder.notebook_loader import read_notebook
+from autograder.notebook_loader import cell_source, compile_cell, read_notebook, strip_magics
 
 
 def run(path: str) -> float:
@@ -22,9 +23,7 @@ def run(path: str) -> float:
     for i, cell in enumerate(read_notebook(path)["cells"], 1):
         if cell["cell_type"] != "code":
             continue
-        source = "".join(cell["source"])
-        source = "\n".join("pass" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
-        exec(compile(source, f"{path}:cell {i}", "exec"), namespace)
+        exec(compile_cell(strip_magics(cell_source(cell)), path, i), namespace)
     return time.perf_counter() - start
 
 

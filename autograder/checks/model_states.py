@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from autograder.checks import Check, CheckFailed, call_learner, check_cases
-from memfit.gpt import COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_1_405B, LLAMA_3_2_1B, GPTConfig, n_params
+from memfit.gpt import (COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_1_405B, LLAMA_3_2_1B, GPTConfig,
+                        n_params, unique_parameters)
 
 # ------------------------------------------------------------------------------------ count_params
 
@@ -102,8 +103,7 @@ def measured_state_bytes(cfg: GPTConfig, precision: str, optimizer: str) -> dict
     with trainer.autocast():
         loss = trainer.model(idx, targets)
     loss.backward()
-    params = {id(p): p for p in trainer.model.parameters()}.values()
-    grads = sum(p.grad.numel() * p.grad.element_size() for p in params)
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in unique_parameters(trainer.model))
     held = trainer.state_bytes()
     return {"params": held["params"], "grads": grads, "optimizer": held["optimizer"]}
 
