@@ -2,6 +2,12 @@
 
     results = run_ranks("memfit.dist:demo_all_reduce", world_size=2)        # a module's function
     results = run_ranks("lessons/03_zero.ipynb::zero_step", world_size=2)   # a notebook's function
+    results = run_ranks(my_function, world_size=2, args=dict(x=1))           # a function of this process
+
+A string target starts fresh interpreters (what NCCL needs: CUDA must not be initialised before a
+fork). A function object is run in forked copies of this process (Linux, macOS), so a function or
+class defined in a notebook cell reaches the ranks without being importable; its args may be any
+Python objects. Forking is for CPU ranks (gloo).
 
 Each rank is its own Python process, started with a fresh rendezvous port (never a fixed one). The
 function is called as fn(rank, world_size, **args) after init_process_group, and returns something
@@ -20,7 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 class DistributedFailure(RuntimeError):
@@ -50,11 +56,44 @@ def _kill_all(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
-def run_ranks(target: str, world_size: int, *, backend: str = "gloo", args: dict | None = None,
+class _ForkedRank:
+    """A rank forked from this process, with the slice of subprocess.Popen's interface the launcher uses."""
+
+    def __init__(self, fn: Callable, tmpdir: Path, rank: int, spec: dict, args: dict) -> None:
+        import multiprocessing
+        self._proc = multiprocessing.get_context("fork").Process(
+            target=_forked_worker, args=(fn, str(tmpdir), rank, spec, args), daemon=False)
+        self._proc.start()
+        self.pid = self._proc.pid
+
+    def poll(self):
+        return self._proc.exitcode
+
+    def wait(self):
+        self._proc.join()
+        return self._proc.exitcode
+
+
+def _forked_worker(fn, tmpdir: str, rank: int, spec: dict, args: dict) -> None:
+    os.setsid()  # its own session, so _kill_all reaches anything it starts
+    with open(Path(tmpdir) / f"rank{rank}.err", "w") as err:
+        os.dup2(err.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    _run_rank(fn, Path(tmpdir), rank, spec, args)
+
+
+def run_ranks(target: str | Callable, world_size: int, *, backend: str = "gloo", args: dict | None = None,
               timeout_s: float = 120.0, env: dict | None = None) -> list[Any]:
     """Run `target` on `world_size` ranks; return each rank's result, in rank order."""
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
+    forked = callable(target)
+    if forked and backend != "gloo":
+        raise ValueError("a function object runs in forked ranks, which only gloo supports; "
+                         "name it as \"module:function\" to run it on NCCL")
+    name = getattr(target, "__qualname__", repr(target)) if forked else target
     if backend == "nccl":
         import torch
         if torch.cuda.device_count() < world_size:
@@ -63,7 +102,8 @@ def run_ranks(target: str, world_size: int, *, backend: str = "gloo", args: dict
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="memfit-dist-") as tmp:
         tmpdir = Path(tmp)
-        spec = dict(target=target, world_size=world_size, backend=backend, args=args or {}, port=port)
+        spec = dict(target=None if forked else target, world_size=world_size, backend=backend,
+                    args={} if forked else (args or {}), port=port)
         (tmpdir / "spec.json").write_text(json.dumps(spec))
         root = str(Path(__file__).resolve().parent.parent)
         child_env = dict(os.environ, **(env or {}))
@@ -71,6 +111,9 @@ def run_ranks(target: str, world_size: int, *, backend: str = "gloo", args: dict
         procs = []
         try:
             for rank in range(world_size):
+                if forked:
+                    procs.append(_ForkedRank(target, tmpdir, rank, spec, args or {}))
+                    continue
                 with open(tmpdir / f"rank{rank}.err", "w") as err:
                     procs.append(subprocess.Popen(
                         [sys.executable, "-m", "memfit.dist", str(tmpdir), str(rank)], env=child_env,
@@ -86,14 +129,14 @@ def run_ranks(target: str, world_size: int, *, backend: str = "gloo", args: dict
                     _kill_all(procs)
                     report = "\n".join(f"--- rank {r} (exit status {codes[r]}):\n{_tail(tmpdir / f'rank{r}.err')}"
                                        for r in failed)
-                    raise DistributedFailure(f"{target}: rank(s) {failed} of {world_size} exited with an error; "
+                    raise DistributedFailure(f"{name}: rank(s) {failed} of {world_size} exited with an error; "
                                              f"the others were stopped.\n{report}")
                 if all(c == 0 for c in codes):
                     break
                 if time.monotonic() > deadline:
                     waiting = [r for r, c in enumerate(codes) if c is None]
                     _kill_all(procs)
-                    raise DistributedFailure(f"{target}: rank(s) {waiting} of {world_size} still running after "
+                    raise DistributedFailure(f"{name}: rank(s) {waiting} of {world_size} still running after "
                                              f"{timeout_s:.0f} s (a hang, or a collective some rank never joined); "
                                              f"all ranks were stopped. Last output of rank {waiting[0]}:\n"
                                              f"{_tail(tmpdir / f'rank{waiting[0]}.err')}")
@@ -104,12 +147,13 @@ def run_ranks(target: str, world_size: int, *, backend: str = "gloo", args: dict
         for rank in range(world_size):
             out = tmpdir / f"rank{rank}.json"
             if not out.exists():
-                raise DistributedFailure(f"{target}: rank {rank} exited without a result")
+                raise DistributedFailure(f"{name}: rank {rank} exited without a result")
             results.append(json.loads(out.read_text()))
         return results
 
 
-def _resolve(target: str):
+def resolve(target: str):
+    """The function or class a target names: "pkg.mod:name" or "path/to/notebook.ipynb::name"."""
     if "::" in target:  # a notebook's function: load the notebook's graded code, as the grader does
         path, name = target.split("::", 1)
         from autograder.notebook_loader import load_notebook
@@ -125,24 +169,27 @@ def _resolve(target: str):
 
 def _worker(tmpdir: str, rank: int) -> None:
     import memfit  # noqa: F401  (decides TRITON_INTERPRET before anything imports triton)
-    import torch
-    import torch.distributed as dist
 
     spec = json.loads((Path(tmpdir) / "spec.json").read_text())
+    _run_rank(resolve(spec["target"]), Path(tmpdir), rank, spec, spec["args"])
+
+
+def _run_rank(fn, tmpdir: Path, rank: int, spec: dict, args: dict) -> None:
+    import torch
+    import torch.distributed as dist
     world = spec["world_size"]
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(spec["port"]))
     if spec["backend"] == "nccl":
         torch.cuda.set_device(rank)
-    fn = _resolve(spec["target"])
     dist.init_process_group(spec["backend"], init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
                             world_size=world)
     try:
-        result = fn(rank, world, **spec["args"])
+        result = fn(rank, world, **args)
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    (Path(tmpdir) / f"rank{rank}.json").write_text(json.dumps(result))
+    (tmpdir / f"rank{rank}.json").write_text(json.dumps(result))
 
 
 def demo_all_reduce(rank: int, world_size: int) -> dict:

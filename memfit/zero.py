@@ -1,0 +1,419 @@
+"""Data-parallel training of the course GPT with a sharded optimizer: what lesson 03's ZeRO code runs on.
+
+The lesson's optimizer talks to its peers through a Comm: three collectives, each counting the
+bytes this rank sends. Two Comms exist, and the same optimizer runs on both:
+
+    simulate(world_size, fn)    N ranks as threads of one process (SimComm): reductions in rank order,
+                                so results can equal unsharded AdamW bit for bit
+    TorchComm()                 a rank of torch.distributed (gloo on CPU, NCCL on GPUs)
+
+train_ranks() is one rank's training loop (the course GPT on the rank's own micro-batches, through a flat
+parameter vector); reference_training() is unsharded AdamW on the mean of the same gradients.
+
+Bytes sent are counted as the ring algorithms send them, per rank: an all-reduce of B bytes sends
+2(N-1)/N·B, a reduce-scatter to B-byte shards (N-1)·B, an all-gather of B-byte shards (N-1)·B.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.func import functional_call
+
+from memfit.gpt import COURSE_CONFIGS, GPT, GPTConfig
+
+
+# ----------------------------------------------------------------------------------------- comms
+
+class Comm:
+    """What one rank of a data-parallel group can do. Sums, never means: divide by world_size yourself."""
+
+    rank: int
+    world_size: int
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.sent_bytes = 0
+        self.calls: list[tuple[str, int]] = []  # (collective, bytes this rank sent)
+
+    def _count(self, kind: str, nbytes: int) -> None:
+        self.sent_bytes += nbytes
+        self.calls.append((kind, nbytes))
+
+    @staticmethod
+    def _need(cond: bool, message: str) -> None:
+        if not cond:
+            raise ValueError(message)
+
+    def all_reduce(self, tensor: torch.Tensor) -> None:
+        """tensor <- the sum of every rank's tensor, in place."""
+        n = self.world_size
+        self._need(tensor.is_contiguous(), "all_reduce needs a contiguous tensor")
+        self._count("all_reduce", 2 * (n - 1) * tensor.nbytes // n)
+        self._all_reduce(tensor)
+
+    def reduce_scatter(self, out: torch.Tensor, full: torch.Tensor) -> None:
+        """out <- chunk `rank` of the sum of every rank's `full` (full has world_size·out.numel() elements)."""
+        self._need(full.numel() == out.numel() * self.world_size,
+                   f"reduce_scatter: full has {full.numel()} elements, expected world_size x out = "
+                   f"{self.world_size} x {out.numel()} (pad the flat vector to a multiple of world_size)")
+        self._need(out.dtype == full.dtype, f"reduce_scatter: out is {out.dtype}, full is {full.dtype}")
+        self._count("reduce_scatter", (self.world_size - 1) * out.nbytes)
+        self._reduce_scatter(out, full)
+
+    def all_gather(self, out: torch.Tensor, shard: torch.Tensor) -> None:
+        """out <- every rank's shard, in rank order (out has world_size·shard.numel() elements)."""
+        self._need(out.numel() == shard.numel() * self.world_size,
+                   f"all_gather: out has {out.numel()} elements, expected world_size x shard = "
+                   f"{self.world_size} x {shard.numel()}")
+        self._need(out.dtype == shard.dtype, f"all_gather: out is {out.dtype}, shard is {shard.dtype}")
+        self._count("all_gather", (self.world_size - 1) * shard.nbytes)
+        self._all_gather(out, shard)
+
+    def _all_reduce(self, tensor): raise NotImplementedError
+    def _reduce_scatter(self, out, full): raise NotImplementedError
+    def _all_gather(self, out, shard): raise NotImplementedError
+
+
+class _Rendezvous:
+    def __init__(self, world_size: int, timeout_s: float) -> None:
+        self.slots: list[Any] = [None] * world_size
+        self.barrier = threading.Barrier(world_size, timeout=timeout_s)
+        self.compute = threading.Lock()  # forward/backward one rank at a time: the same kernels as the reference
+
+
+class SimComm(Comm):
+    """A rank of simulate(): collectives between threads. Sums run in rank order (0, 1, ..., N-1)."""
+
+    def __init__(self, rank: int, world_size: int, rendezvous: _Rendezvous) -> None:
+        super().__init__(rank, world_size)
+        self._rv = rendezvous
+
+    def _exchange(self, item) -> list:
+        """Post item, wait for every rank's; return them all. A second wait comes after the caller reads."""
+        self._rv.slots[self.rank] = item
+        self._rv.barrier.wait()
+        return list(self._rv.slots)
+
+    def _done_reading(self) -> None:
+        self._rv.barrier.wait()
+        self._rv.slots[self.rank] = None  # every peer has read it: the simulation must not keep it alive
+
+    @staticmethod
+    def _sum(tensors: list[torch.Tensor]) -> torch.Tensor:
+        total = tensors[0].clone()
+        for t in tensors[1:]:
+            total += t
+        return total
+
+    def _all_reduce(self, tensor):
+        total = self._sum(self._exchange(tensor))
+        self._done_reading()
+        tensor.copy_(total)
+
+    def _reduce_scatter(self, out, full):
+        k = out.numel()
+        chunk = self._sum([f.reshape(-1)[self.rank * k:(self.rank + 1) * k] for f in self._exchange(full)])
+        self._done_reading()
+        out.copy_(chunk.view_as(out))
+
+    def _all_gather(self, out, shard):
+        gathered = torch.cat([s.reshape(-1) for s in self._exchange(shard)])
+        self._done_reading()
+        out.copy_(gathered.view_as(out))
+
+
+class TorchComm(Comm):
+    """This process's rank of the default torch.distributed process group."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+        self._dist = dist
+        super().__init__(dist.get_rank(), dist.get_world_size())
+
+    def _all_reduce(self, tensor):
+        self._dist.all_reduce(tensor)
+
+    def _reduce_scatter(self, out, full):
+        self._dist.reduce_scatter_tensor(out, full)
+
+    def _all_gather(self, out, shard):
+        self._dist.all_gather_into_tensor(out, shard.contiguous())
+
+
+class SimulationFailed(RuntimeError):
+    """A simulated rank raised, or the ranks stopped meeting at a collective within the time limit."""
+
+
+def simulate(world_size: int, fn: Callable[[SimComm], Any], timeout_s: float = 120.0) -> list[Any]:
+    """Run fn(comm) as `world_size` ranks (threads of this process); return their results in rank order.
+
+    A rank that raises breaks the rendezvous, so its peers stop at their next collective instead of
+    waiting forever; the first error is raised again with its rank named.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    rv = _Rendezvous(world_size, timeout_s)
+    results: list[Any] = [None] * world_size
+    errors: dict[int, BaseException] = {}
+
+    def run(rank: int) -> None:
+        try:
+            results[rank] = fn(SimComm(rank, world_size, rv))
+        except BaseException as exc:  # noqa: BLE001 (reported below, with the rank)
+            errors[rank] = exc
+            rv.barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True, name=f"rank{r}") for r in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s)
+    if any(t.is_alive() for t in threads):
+        rv.barrier.abort()
+        raise SimulationFailed(f"simulated ranks still running after {timeout_s:.0f} s")
+    if errors:
+        # A broken barrier is a consequence; report the rank that raised something else.
+        causes = {r: e for r, e in errors.items() if not isinstance(e, threading.BrokenBarrierError)} or errors
+        rank, exc = min(causes.items())
+        if isinstance(exc, threading.BrokenBarrierError):
+            raise SimulationFailed(f"rank {rank} waited at a collective its peers never joined "
+                                   "(every rank must call the same collectives in the same order)") from exc
+        raise exc
+    return results
+
+
+# ------------------------------------------------------------------- the model as a flat vector
+
+_GLOBAL_RNG = threading.Lock()
+
+@dataclass(frozen=True)
+class FlatModel:
+    """The course GPT seen as one flat parameter vector: a layout, and a loss of (vector, batch)."""
+    cfg: GPTConfig
+    names: tuple[str, ...]
+    shapes: tuple[torch.Size, ...]
+    numel: int
+
+    @classmethod
+    def of(cls, cfg: GPTConfig) -> FlatModel:
+        with torch.device("meta"):
+            named = list(dict(GPT(cfg).named_parameters()).items())  # a tied weight is listed once
+        return cls(cfg, tuple(n for n, _ in named), tuple(p.shape for _, p in named),
+                   sum(p.numel() for _, p in named))
+
+    def initial(self, seed: int = 0, device="cpu") -> torch.Tensor:
+        """The fp32 parameters of a freshly initialised GPT, flattened (the same on every rank)."""
+        with _GLOBAL_RNG:  # simulated ranks are threads: seeding and drawing must not interleave
+            torch.manual_seed(seed)
+            with torch.device(device):
+                model = GPT(self.cfg)
+        return torch.cat([p.detach().reshape(-1) for p in dict(model.named_parameters()).values()])
+
+    def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        out, offset = {}, 0
+        for name, shape in zip(self.names, self.shapes):
+            n = shape.numel()
+            out[name] = flat[offset:offset + n].view(shape)
+            offset += n
+        return out
+
+    def loss(self, flat: torch.Tensor, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with torch.device("meta"):
+            skeleton = GPT(self.cfg)  # one per call: functional_call swaps attributes, threads must not share
+        return functional_call(skeleton, self.views(flat), (idx, targets))
+
+
+def rank_batch(cfg: GPTConfig, step: int, rank: int, batch: int, seq: int, device="cpu"):
+    """The micro-batch rank `rank` trains on at step `step` (inputs, targets): fixed by the three numbers."""
+    g = torch.Generator().manual_seed(1_000_003 * step + rank)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), generator=g).to(device)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+# ------------------------------------------------------------------------------- training loops
+
+@dataclass
+class RankReport:
+    """What one rank of train_ranks saw."""
+    rank: int
+    final: torch.Tensor | None  # the full parameters after training (fp32), on rank 0 only
+    buffers: dict[str, int]  # bytes by category the optimizer holds at rest
+    at_rest: int  # bytes alive after the last step (measured)
+    peak: int  # the highest bytes alive during a step (measured)
+    sent_per_step: int  # bytes this rank sent in its collectives, per step
+    calls: list = field(default_factory=list)  # the collectives of the last step
+
+
+def buffer_bytes(optimizer) -> dict[str, int]:
+    """Bytes by category of what optimizer.buffers() holds (one storage counted once)."""
+    seen, out = set(), {}
+    for category, tensors in optimizer.buffers().items():
+        total = 0
+        for t in tensors:
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())
+            if t.numel() and key not in seen:
+                seen.add(key)
+                total += t.numel() * t.element_size()
+        out[category] = total
+    return out
+
+
+class _Meter:
+    """Bytes alive on this rank: the CUDA allocator on a GPU, the live-tensor meter on the CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            self.base = torch.cuda.memory_allocated(device)
+        else:
+            from memfit.meter import LiveTensorMeter
+            self.live = LiveTensorMeter()
+            self.live.__enter__()
+            self.base = 0
+
+    def now(self) -> int:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return torch.cuda.memory_allocated(self.device) - self.base
+        return self.live.current
+
+    def reset_peak(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self.live.peak = self.live.current
+
+    def peak(self) -> int:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return torch.cuda.max_memory_allocated(self.device) - self.base
+        return self.live.peak
+
+    def close(self) -> None:
+        if self.device.type != "cuda":
+            self.live.__exit__(None, None, None)
+
+
+def train_ranks(optimizer_cls, comm: Comm, stage: int, *, cfg: GPTConfig | str = "tiny", steps: int = 2,
+                batch: int = 2, seq: int = 16, param_dtype: torch.dtype = torch.float32, device="cpu",
+                opt_args: dict | None = None, seed: int = 0) -> RankReport:
+    """Train the course GPT for `steps` steps as rank comm.rank, with optimizer_cls(params, comm, stage, ...).
+
+    A step: gather the parameters (ZeRO-3 all-gathers them), forward; ZeRO-3 then frees the gathered
+    storage and gathers again before backward, as FSDP does; backward gives this rank's gradient of
+    the flat vector; optimizer.step(grad) reduces it and updates. Measured on this rank: bytes at rest
+    after the last step and the peak during it.
+    """
+    cfg = COURSE_CONFIGS[cfg] if isinstance(cfg, str) else cfg
+    device = torch.device(device)
+    flat_model = FlatModel.of(cfg)
+    meter = _Meter(device)  # before anything of this run exists on the device
+    init = flat_model.initial(seed, device)
+    try:
+        opt = optimizer_cls(init, comm, stage, param_dtype=param_dtype, **(opt_args or {}))
+        del init
+        for step in range(steps):
+            idx, targets = rank_batch(cfg, step, comm.rank, batch, seq, device)
+            if step == steps - 1:
+                meter.reset_peak()
+                sent_before, calls_before = comm.sent_bytes, len(comm.calls)
+            grad = _local_gradient(opt, flat_model, stage, idx, targets, comm)
+            del idx, targets
+            opt.step(grad)
+            del grad
+        at_rest, peak = meter.now(), meter.peak()
+        sent = comm.sent_bytes - sent_before
+        calls = comm.calls[calls_before:]
+    finally:
+        meter.close()
+    final = opt.gather_params()[:flat_model.numel].float().clone()
+    report = RankReport(comm.rank, final if comm.rank == 0 else None, buffer_bytes(opt), at_rest, peak, sent, calls)
+    return report
+
+
+def _local_gradient(opt, flat_model: FlatModel, stage: int, idx, targets, comm) -> torch.Tensor:
+    numel = flat_model.numel
+    buffer = opt.gather_params()  # padded; for ZeRO-3 a fresh all-gathered buffer
+    flat = buffer.data[:numel].requires_grad_(True)
+    lock = getattr(getattr(comm, "_rv", None), "compute", None) or _NO_LOCK
+    with lock:
+        loss = flat_model.loss(flat, idx, targets)
+    if stage == 3:
+        # What FSDP does after forward: free the gathered storage (autograd keeps views of it) and
+        # gather into it again just before backward. .data: the refill must not count as an in-place
+        # change to tensors autograd saved.
+        storage = flat.untyped_storage()
+        nbytes = storage.nbytes()
+        storage.resize_(0)
+        storage.resize_(nbytes)
+        opt.gather_params(out=buffer.data)
+    del buffer
+    with lock:
+        (grad,) = torch.autograd.grad(loss, flat)
+    return grad
+
+
+class _NoLock:
+    def __enter__(self): return self
+    def __exit__(self, *exc): return False
+
+
+_NO_LOCK = _NoLock()
+
+
+def reference_training(world_size: int, *, cfg: GPTConfig | str = "tiny", steps: int = 2, batch: int = 2,
+                       seq: int = 16, opt_args: dict | None = None, seed: int = 0, device="cpu") -> torch.Tensor:
+    """Unsharded AdamW (torch.optim.AdamW, foreach=False) on the mean of the ranks' gradients, summed in
+    rank order then divided by world_size: the result every ZeRO stage must reproduce in fp32."""
+    cfg = COURSE_CONFIGS[cfg] if isinstance(cfg, str) else cfg
+    flat_model = FlatModel.of(cfg)
+    params = flat_model.initial(seed, device)
+    opt = torch.optim.AdamW([params], foreach=False, **(opt_args or {}))
+    for step in range(steps):
+        grads = []
+        for rank in range(world_size):
+            idx, targets = rank_batch(cfg, step, rank, batch, seq, device)
+            flat = params.detach().requires_grad_(True)
+            (g,) = torch.autograd.grad(flat_model.loss(flat, idx, targets), flat)
+            grads.append(g)
+        total = grads[0].clone()
+        for g in grads[1:]:
+            total += g
+        params.grad = total.div_(world_size)
+        opt.step()
+        params.grad = None
+    return params.detach()
+
+
+def max_relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """max |got - want| / max |want|: one number for a whole parameter vector."""
+    return ((got.double() - want.double()).abs().max() / want.double().abs().max().clamp_min(1e-30)).item()
+
+
+# ------------------------------------------------------------------------ on torch.distributed
+
+def distributed_rank(rank: int, world_size: int, optimizer: str | type, stage: int, steps: int = 2,
+                     cfg: str = "tiny", batch: int = 2, seq: int = 16, param_dtype: str = "float32",
+                     opt_args: dict | None = None, device: str = "cpu") -> dict:
+    """One rank of train_ranks on torch.distributed (run it with memfit.dist.run_ranks or torchrun).
+    optimizer: the class, or where to find it ("memfit.from_lessons.zero:ZeroAdamW", "x.ipynb::ZeroAdamW").
+    Rank 0 also trains the unsharded reference and reports the largest relative difference."""
+    if isinstance(optimizer, str):
+        from memfit.dist import resolve
+        optimizer = resolve(optimizer)
+    if device == "cuda":
+        device = f"cuda:{torch.cuda.current_device()}"
+    report = train_ranks(optimizer, TorchComm(), stage, cfg=cfg, steps=steps, batch=batch, seq=seq,
+                         param_dtype=getattr(torch, param_dtype), device=device, opt_args=opt_args)
+    out = dict(rank=rank, buffers=report.buffers, at_rest=report.at_rest, peak=report.peak,
+               sent_per_step=report.sent_per_step)
+    if rank == 0 and param_dtype == "float32":
+        want = reference_training(world_size, cfg=cfg, steps=steps, batch=batch, seq=seq, opt_args=opt_args,
+                                  device=device)
+        out["max_rel_error"] = max_relative_error(report.final, want)
+        out["bitwise_equal"] = bool(torch.equal(report.final, want))
+    return out
