@@ -417,3 +417,108 @@ def distributed_rank(rank: int, world_size: int, optimizer: str | type, stage: i
         out["max_rel_error"] = max_relative_error(report.final, want)
         out["bitwise_equal"] = bool(torch.equal(report.final, want))
     return out
+
+
+# ------------------------------------------------------------- PyTorch's own engines, for comparison
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t  # a DTensor's shard on this rank
+
+
+def held_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind `tensors` (a DTensor counts its local shard)."""
+    seen, total = set(), 0
+    for t in tensors:
+        t = _local(t)
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in seen and storage.nbytes():
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
+
+
+def _engine_inventory(model, opt) -> dict[str, int]:
+    params = list({id(p): p for p in model.parameters()}.values())
+    local = getattr(opt, "optim", opt)  # ZeroRedundancyOptimizer keeps its shard's states in .optim
+    states = [v for s in local.state.values() for k, v in s.items() if k != "step" and torch.is_tensor(v)]
+    return {"params": held_bytes(params), "grads": held_bytes([p.grad for p in params if p.grad is not None]),
+            "optimizer": held_bytes(states)}
+
+
+def _train_engine(rank, world_size, wrap, make_opt, *, cfg, steps, batch, seq, opt_args, device, seed=0):
+    """Train the course GPT wrapped by `wrap` (FSDP2, DDP) on the same batches as train_ranks."""
+    cfg = COURSE_CONFIGS[cfg] if isinstance(cfg, str) else cfg
+    dev = torch.device(f"cuda:{torch.cuda.current_device()}" if device == "cuda" else device)
+    meter = _Meter(dev)
+    with _GLOBAL_RNG:
+        torch.manual_seed(seed)
+        with torch.device(dev):
+            model = GPT(cfg)
+    model = wrap(model, dev)
+    opt = make_opt(model, dict(opt_args or {}))
+    try:
+        for step in range(steps):
+            idx, targets = rank_batch(cfg, step, rank, batch, seq, dev)
+            if step == steps - 1:
+                meter.reset_peak()
+            opt.zero_grad(set_to_none=False)  # gradients stay allocated between steps, as in train_ranks
+            model(idx, targets).backward()
+            opt.step()
+            del idx, targets
+        at_rest, peak = meter.now(), meter.peak()
+    finally:
+        meter.close()
+    out = dict(rank=rank, inventory=_engine_inventory(model, opt), at_rest=at_rest, peak=peak)
+    full = {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach() for n, p in model.named_parameters()}
+    flat_model = FlatModel.of(cfg)
+    final = torch.cat([full[_strip(n, full)].reshape(-1).float() for n in flat_model.names])
+    if rank == 0:
+        want = reference_training(world_size, cfg=cfg, steps=steps, batch=batch, seq=seq, opt_args=opt_args,
+                                  seed=seed, device=dev)
+        out["max_rel_error"] = max_relative_error(final, want)
+        out["bitwise_equal"] = bool(torch.equal(final, want))
+    return out
+
+
+def _strip(name: str, full: dict) -> str:
+    """A FlatModel name as the wrapped model spells it (DDP prefixes "module.")."""
+    return name if name in full else f"module.{name}"
+
+
+def fsdp2_rank(rank: int, world_size: int, steps: int = 2, cfg: str = "tiny", batch: int = 2, seq: int = 16,
+               opt_args: dict | None = None, device: str = "cpu", per_block: bool = True) -> dict:
+    """One rank of the course GPT under FSDP2's fully_shard (ZeRO-3), each block its own unit when
+    per_block, with torch.optim.AdamW; on CPU the device mesh is a CPU mesh over gloo."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    def wrap(model, dev):
+        mesh = init_device_mesh(dev.type, (world_size,))
+        if per_block:
+            for block in model.blocks:
+                fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+
+    def make_opt(model, args):
+        return torch.optim.AdamW(model.parameters(), foreach=False, **args)
+
+    return _train_engine(rank, world_size, wrap, make_opt, cfg=cfg, steps=steps, batch=batch, seq=seq,
+                         opt_args=opt_args, device=device)
+
+
+def zero_redundancy_rank(rank: int, world_size: int, steps: int = 2, cfg: str = "tiny", batch: int = 2,
+                         seq: int = 16, opt_args: dict | None = None, device: str = "cpu") -> dict:
+    """One rank of DDP with torch's ZeroRedundancyOptimizer (ZeRO-1): whole parameters are dealt to
+    ranks, so the optimizer's shards are as even as the parameter sizes allow."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def wrap(model, dev):
+        return DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None, gradient_as_bucket_view=True)
+
+    def make_opt(model, args):
+        return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, foreach=False, **args)
+
+    return _train_engine(rank, world_size, wrap, make_opt, cfg=cfg, steps=steps, batch=batch, seq=seq,
+                         opt_args=opt_args, device=device)
