@@ -1,5 +1,6 @@
 # Fitting LLM training into GPU memory: the course's commands.
 #   make lab | test | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [WORKERS=N] | lessons | bench | clean
+#   make zero-torchrun [NPROC=2] [STAGE=3] [OPTIMIZER=lessons/03_zero.ipynb::ZeroAdamW]   (lesson 03 under torchrun)
 # The first use of any target creates .venv with the pinned packages of requirements.txt.
 # On a machine that already has torch and triton (a lent GPU box, a conda env), skip the venv:
 #   make test PYTHON=python3
@@ -21,7 +22,7 @@ SUBMISSIONS ?=
 WORKERS ?= 0
 GRADE_SOURCE := $(if $(SUBMISSIONS),--submissions $(SUBMISSIONS),--notebooks $(or $(NOTEBOOKS),lessons))
 
-.PHONY: env lab test grade lessons bench clean
+.PHONY: env lab test grade lessons bench zero-torchrun clean
 
 env: $(ENV_DEP)
 
@@ -45,6 +46,12 @@ lessons: $(ENV_DEP)
 
 bench: $(ENV_DEP)
 	$(RUN) -m benchmarks
+
+NPROC ?= 2
+STAGE ?= 3
+OPTIMIZER ?= memfit.from_lessons.zero:ZeroAdamW
+zero-torchrun: $(ENV_DEP)
+	$(RUN) -m torch.distributed.run --standalone --nproc-per-node $(NPROC) -m memfit.zero --stage $(STAGE) --optimizer $(OPTIMIZER)
 
 clean:
 	rm -rf build grades .pytest_cache

@@ -81,6 +81,10 @@ def _forked_worker(fn, tmpdir: str, rank: int, spec: dict, args: dict) -> None:
         os.dup2(err.fileno(), 2)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
+    import torch
+    # The parent's OpenMP thread pool did not survive the fork, and libgomp hangs if a child enters a
+    # parallel region with it: one intra-op thread per rank (DataLoader workers do the same).
+    torch.set_num_threads(1)
     _run_rank(fn, Path(tmpdir), rank, spec, args)
 
 

@@ -276,6 +276,8 @@ class _Meter:
             self.base = 0
 
     def now(self) -> int:
+        import gc
+        gc.collect()  # "alive" means reachable: a tensor in a collectable cycle (a traceback, a closure) is not
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             return torch.cuda.memory_allocated(self.device) - self.base
@@ -522,3 +524,39 @@ def zero_redundancy_rank(rank: int, world_size: int, steps: int = 2, cfg: str = 
 
     return _train_engine(rank, world_size, wrap, make_opt, cfg=cfg, steps=steps, batch=batch, seq=seq,
                          opt_args=opt_args, device=device)
+
+
+def main(argv=None) -> int:
+    """Entry point for torchrun:  torchrun --standalone --nproc-per-node 2 -m memfit.zero --stage 3"""
+    import argparse
+    import json
+    import os
+
+    import torch.distributed as dist
+
+    parser = argparse.ArgumentParser(description="Train the course GPT with a ZeRO optimizer on torchrun's ranks.")
+    parser.add_argument("--stage", type=int, default=3, choices=(0, 1, 2, 3))
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--cfg", default="tiny", choices=sorted(COURSE_CONFIGS))
+    parser.add_argument("--optimizer", default="memfit.from_lessons.zero:ZeroAdamW",
+                        help='"module:Class" or "notebook.ipynb::Class"')
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    if "RANK" not in os.environ:
+        parser.error("run me under torchrun, e.g. torchrun --standalone --nproc-per-node 2 -m memfit.zero")
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    try:
+        result = distributed_rank(dist.get_rank(), dist.get_world_size(), args.optimizer, args.stage,
+                                  steps=args.steps, cfg=args.cfg, device=args.device,
+                                  opt_args=dict(lr=1e-2, eps=1e-3, weight_decay=0.1))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    print(f"rank {result['rank']}: {json.dumps(result)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
