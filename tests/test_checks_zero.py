@@ -1,0 +1,103 @@
+"""Lesson 03: the checks pass the reference, reject each mutant with a message a learner can act on,
+accept right alternatives, and report stubs as not implemented. Also pins the figures the lesson
+reproduces (the ZeRO paper's 120/31.4/16.6/1.9 GB, DeepSpeed's 5.70/179.49/18.78 GiB)."""
+import pytest
+
+from autograder.checks import CheckFailed, NotImplementedYet
+from autograder.checks import zero as checks
+from autograder.notebook_loader import load_notebook, load_solution
+from autograder import ROOT
+from tests.mutants import zero as mutants
+
+ref = load_solution("03_zero")
+
+
+def test_reference_passes_every_case():
+    checks.check_shard_bounds(ref.shard_bounds, cases="all")
+    checks.check_zero_adamw(ref.ZeroAdamW, cases="all")
+    checks.check_zero_memory(ref.ZeroAdamW, cases="all")
+    checks.check_zero_bytes_per_rank(ref.zero_bytes_per_rank, cases="all")
+    checks.check_comm_bytes_per_rank(ref.comm_bytes_per_rank, cases="all")
+    checks.check_deepspeed_estimate(ref.deepspeed_zero3_estimate, cases="all")
+    checks.check_prefetch_timeline(ref.prefetch_timeline, cases="all")
+
+
+def test_reference_passes_on_gloo_processes():
+    checks.check_zero_on_gloo(ref.ZeroAdamW, ref.zero_bytes_per_rank, cases="all")
+
+
+def test_seed_and_paper_figures():
+    gb = [round(ref.zero_bytes_per_rank(s, 7_500_000_000, 64)["total"] / 1e9, 1) for s in range(4)]
+    assert gb == [120.0, 31.4, 16.6, 1.9]
+    n, largest = checks.LLAMA8B_PARAMS, checks.LLAMA8B_LARGEST
+    cpu, gpu = ref.deepspeed_zero3_estimate(n, largest, gpus_per_node=4, offload_params=False)
+    assert (round(gpu / 2**30, 2), round(cpu / 2**30, 2)) == (5.70, 179.49)
+    _, gpu8 = ref.deepspeed_zero3_estimate(n, largest, gpus_per_node=8, offload_optimizer=False, offload_params=False)
+    assert round(gpu8 / 2**30, 2) == 18.78
+    assert ref.comm_bytes_per_rank(3, 1024, 8) * 2 == ref.comm_bytes_per_rank(2, 1024, 8) * 3  # 3Ψ against 2Ψ
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (mutants.shard_bounds_floor, "ceil"),
+    (mutants.shard_bounds_off_by_one, "expected"),
+])
+def test_shard_bounds_mutants_fail(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_shard_bounds(wrong, cases="all")
+
+
+def test_shard_bounds_alternative_passes():
+    checks.check_shard_bounds(mutants.shard_bounds_with_math, cases="all")
+
+
+@pytest.mark.parametrize("wrong, check, message", [
+    (mutants.ZeroSumsWithoutDividing, checks.check_zero_adamw, "differ from unsharded AdamW"),
+    (mutants.ZeroStage1AllReduces, checks.check_zero_adamw, "stage 1, 2 ranks: a step sent"),
+    (mutants.ZeroGatherIgnoresOut, checks.check_zero_adamw, "stage 3"),
+    (mutants.ZeroAcceptsAnyStage, checks.check_zero_adamw, "raise ValueError"),
+    (mutants.ZeroStage2KeepsFullGradient, checks.check_zero_memory, "something else survives"),
+    (mutants.ZeroForgetsMasterInBuffers, checks.check_zero_memory, "master copy"),
+])
+def test_zero_adamw_mutants_fail(wrong, check, message):
+    with pytest.raises(CheckFailed, match=message):
+        check(wrong, cases="visible")
+
+
+def test_zero_adamw_alternative_passes():
+    checks.check_zero_adamw(mutants.ZeroForeachAdamW, cases="visible")
+    checks.check_zero_memory(mutants.ZeroForeachAdamW, cases="visible")
+
+
+def test_gloo_check_rejects_wrong_optimizer_and_wrong_formula():
+    with pytest.raises(CheckFailed, match="gloo"):
+        checks.check_zero_on_gloo(mutants.ZeroSumsWithoutDividing, ref.zero_bytes_per_rank)
+    with pytest.raises(CheckFailed, match="your zero_bytes_per_rank predicts"):
+        checks.check_zero_on_gloo(ref.ZeroAdamW, mutants.zero_bytes_stage2_shards_params, cases="hidden")
+
+
+@pytest.mark.parametrize("wrong, check, cases", [
+    (mutants.zero_bytes_unpadded, checks.check_zero_bytes_per_rank, "hidden"),
+    (mutants.zero_bytes_stage2_shards_params, checks.check_zero_bytes_per_rank, "visible"),
+    (mutants.comm_bytes_stage3_gathers_once, checks.check_comm_bytes_per_rank, "visible"),
+    (mutants.comm_bytes_whole_vectors, checks.check_comm_bytes_per_rank, "visible"),
+    (mutants.estimate_16_bytes_without_offload, checks.check_deepspeed_estimate, "visible"),
+    (mutants.estimate_without_buffer_factor, checks.check_deepspeed_estimate, "visible"),
+    (mutants.timeline_without_memory_cap, checks.check_prefetch_timeline, "visible"),
+    (mutants.timeline_peak_from_depth, checks.check_prefetch_timeline, "hidden"),
+])
+def test_formula_mutants_fail(wrong, check, cases):
+    with pytest.raises(CheckFailed, match="expected|should|you returned"):
+        check(wrong, cases=cases)
+
+
+def test_stubs_are_reported_not_implemented():
+    stub = load_notebook(ROOT / "lessons" / "03_zero.ipynb").module
+    for check, names in ((checks.check_shard_bounds, ("shard_bounds",)), (checks.check_zero_adamw, ("ZeroAdamW",)),
+                         (checks.check_zero_memory, ("ZeroAdamW",)),
+                         (checks.check_zero_on_gloo, ("ZeroAdamW", "zero_bytes_per_rank")),
+                         (checks.check_zero_bytes_per_rank, ("zero_bytes_per_rank",)),
+                         (checks.check_comm_bytes_per_rank, ("comm_bytes_per_rank",)),
+                         (checks.check_deepspeed_estimate, ("deepspeed_zero3_estimate",)),
+                         (checks.check_prefetch_timeline, ("prefetch_timeline",))):
+        with pytest.raises(NotImplementedYet):
+            check(*(getattr(stub, n) for n in names))
