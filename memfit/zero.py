@@ -221,9 +221,34 @@ class FlatModel:
         return out
 
     def loss(self, flat: torch.Tensor, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self._loss(self.views(flat), idx, targets)
+
+    def _loss(self, params: dict, idx, targets) -> torch.Tensor:
         with torch.device("meta"):
             skeleton = GPT(self.cfg)  # one per call: functional_call swaps attributes, threads must not share
-        return functional_call(skeleton, self.views(flat), (idx, targets))
+        return functional_call(skeleton, params, (idx, targets))
+
+    def gradient(self, flat: torch.Tensor, idx, targets, between: Callable[[], None] | None = None,
+                 lock=None) -> torch.Tensor:
+        """The gradient of the loss with respect to the flat vector `flat` (which it does not modify).
+
+        Each parameter is a leaf viewing `flat`; their gradients are copied into one flat tensor. (Asking
+        autograd for the gradient of `flat` itself would make every slice's backward a flat-sized tensor.)
+        between() runs after forward, before backward.
+        """
+        lock = lock or _NO_LOCK
+        leaves = {n: v.detach().requires_grad_(True) for n, v in self.views(flat.detach()).items()}
+        with lock:
+            loss = self._loss(leaves, idx, targets)
+        if between is not None:
+            between()
+        with lock:
+            grads = torch.autograd.grad(loss, list(leaves.values()))
+        del loss, leaves
+        out = torch.empty(self.numel, dtype=flat.dtype, device=flat.device)
+        for dst, g in zip(self.views(out).values(), grads):
+            dst.copy_(g)
+        return out
 
 
 def rank_batch(cfg: GPTConfig, step: int, rank: int, batch: int, seq: int, device="cpu"):
@@ -338,25 +363,21 @@ def train_ranks(optimizer_cls, comm: Comm, stage: int, *, cfg: GPTConfig | str =
 
 
 def _local_gradient(opt, flat_model: FlatModel, stage: int, idx, targets, comm) -> torch.Tensor:
-    numel = flat_model.numel
     buffer = opt.gather_params()  # padded; for ZeRO-3 a fresh all-gathered buffer
-    flat = buffer.data[:numel].requires_grad_(True)
-    lock = getattr(getattr(comm, "_rv", None), "compute", None) or _NO_LOCK
-    with lock:
-        loss = flat_model.loss(flat, idx, targets)
+    flat = buffer.data[:flat_model.numel]
+    between = None
     if stage == 3:
-        # What FSDP does after forward: free the gathered storage (autograd keeps views of it) and
-        # gather into it again just before backward. .data: the refill must not count as an in-place
-        # change to tensors autograd saved.
-        storage = flat.untyped_storage()
-        nbytes = storage.nbytes()
-        storage.resize_(0)
-        storage.resize_(nbytes)
-        opt.gather_params(out=buffer.data)
-    del buffer
-    with lock:
-        (grad,) = torch.autograd.grad(loss, flat)
-    return grad
+        def between():
+            # What FSDP does after forward: free the gathered storage (autograd keeps views of it) and
+            # gather into it again just before backward. .data: the refill must not count as an in-place
+            # change to tensors autograd saved.
+            storage = flat.untyped_storage()
+            nbytes = storage.nbytes()
+            storage.resize_(0)
+            storage.resize_(nbytes)
+            opt.gather_params(out=buffer.data)
+    lock = getattr(getattr(comm, "_rv", None), "compute", None)
+    return flat_model.gradient(flat, idx, targets, between, lock)
 
 
 class _NoLock:
@@ -379,9 +400,7 @@ def reference_training(world_size: int, *, cfg: GPTConfig | str = "tiny", steps:
         grads = []
         for rank in range(world_size):
             idx, targets = rank_batch(cfg, step, rank, batch, seq, device)
-            flat = params.detach().requires_grad_(True)
-            (g,) = torch.autograd.grad(flat_model.loss(flat, idx, targets), flat)
-            grads.append(g)
+            grads.append(flat_model.gradient(params, idx, targets))
         total = grads[0].clone()
         for g in grads[1:]:
             total += g
@@ -394,6 +413,34 @@ def reference_training(world_size: int, *, cfg: GPTConfig | str = "tiny", steps:
 def max_relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     """max |got - want| / max |want|: one number for a whole parameter vector."""
     return ((got.double() - want.double()).abs().max() / want.double().abs().max().clamp_min(1e-30)).item()
+
+
+def engine_peak_bytes(stage: int, numel: int, world_size: int, param_bytes: int = 4, grad_bytes: int = 4) -> dict:
+    """The transient bytes of a train_ranks step with lesson 03's reference ZeroAdamW, moment by moment, on
+    top of the states at rest (activations and the loss's temporaries excluded: they depend on the batch).
+
+    end of backward: the per-parameter gradients and their flat copy (2·G·Ψ), with ZeRO-3's gathered vector;
+    reduction: the local gradient, the padded copy stages 2-3 reduce-scatter, stage 1's reduced shard;
+    AdamW: the local gradient, stage 1's reduced shard, an fp32 copy of the gradient shard under mixed
+    precision, and the two temporaries of torch's single-tensor AdamW (sqrt(v), then its scaling);
+    parameter all-gather (stages 1-2): the local gradient and the copy of the rank's shard it sends.
+    Collectives are taken to write in place, as NCCL's and gloo's do; simulate()'s threads also
+    allocate the summed chunk and the concatenated shards, which this does not count.
+    """
+    shard = -(-numel // world_size)
+    padded = shard * world_size
+    updated = padded if stage == 0 else shard  # elements this rank's AdamW updates
+    mixed = param_bytes != 4
+    local = grad_bytes * numel
+    moments = {
+        "end of backward": 2 * local + (param_bytes * padded if stage == 3 else 0),
+        "reduction": local + (grad_bytes * padded if stage >= 2 else 0) + (grad_bytes * shard if stage == 1 else 0),
+        "optimizer step": local + (grad_bytes * shard if stage == 1 else 0) + (4 * updated if mixed else 0)
+                          + 2 * 4 * updated,
+        "parameter all-gather": local + (param_bytes * shard if stage in (1, 2) else 0),
+    }
+    moment = max(moments, key=moments.get)
+    return {"transient": moments[moment], "moment": moment, "moments": moments}
 
 
 # ------------------------------------------------------------------------ on torch.distributed

@@ -53,3 +53,69 @@ def test_all_reduce_on_two_nccl_ranks():
         pytest.skip("skipped: needs 2 GPUs")
     assert run_ranks("tests.dist_targets:nccl_all_reduce", 2, backend="nccl") == [
         {"rank": 0, "sum": 3.0, "device": 0}, {"rank": 1, "sum": 3.0, "device": 1}]
+
+
+def child_processes() -> list[str]:
+    """Live processes whose parent is this test process (forked ranks keep their parent's command line)."""
+    import os
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            found.append(stat.parent.name)
+    return found
+
+
+def test_function_objects_run_in_forked_ranks():
+    scale = 7  # a closure over this test's state: only a fork can carry it to the ranks
+
+    def local_rank_fn(rank, world_size, offset):
+        import torch
+        import torch.distributed as dist
+        t = torch.tensor([float(rank * scale + offset)])
+        dist.all_reduce(t)
+        return {"rank": rank, "sum": t.item()}
+
+    assert run_ranks(local_rank_fn, 2, args={"offset": 1}) == [{"rank": 0, "sum": 9.0}, {"rank": 1, "sum": 9.0}]
+    assert not child_processes()
+
+
+def test_forked_ranks_crash_and_hang_like_spawned_ones():
+    def crash(rank, world_size):
+        if rank == 1:
+            raise RuntimeError("forked rank 1 fails on purpose")
+        import torch
+        import torch.distributed as dist
+        dist.all_reduce(torch.ones(1))
+        return {}
+
+    def hang(rank, world_size):
+        time.sleep(3600)
+
+    with pytest.raises(DistributedFailure, match=r"(?s)rank\(s\) \[.*1\] of 2 exited.*forked rank 1 fails on purpose"):
+        run_ranks(crash, 2, timeout_s=60)
+    with pytest.raises(DistributedFailure, match=r"still running after 5 s"):
+        run_ranks(hang, 2, timeout_s=5)
+    assert not child_processes()
+    with pytest.raises(ValueError, match="only gloo"):
+        run_ranks(hang, 2, backend="nccl")
+
+
+def test_zero_under_torchrun():
+    """`make zero-torchrun`'s command: torchrun starts the ranks, the reference ZeroAdamW trains on them."""
+    import json
+    import subprocess
+    import sys
+
+    from autograder import ROOT, course_env
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "memfit.zero", "--stage", "2", "--device", "cpu"], cwd=ROOT, env=course_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = sorted((json.loads(line.split(": ", 1)[1]) for line in proc.stdout.splitlines()
+                    if line.startswith("rank ")), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert ranks[0]["bitwise_equal"] and all(r["at_rest"] == sum(r["buffers"].values()) for r in ranks)
