@@ -156,6 +156,21 @@ def run_ranks(target: str | Callable, world_size: int, *, backend: str = "gloo",
         return results
 
 
+def importable_name(obj) -> str | None:
+    """A name a fresh interpreter can resolve to obj ("pkg.mod:Name", or "notebook.ipynb::Name" for code the
+    course's loader ran from a notebook), or None (defined in an interactive session, or inside a function)."""
+    qualname = getattr(obj, "__qualname__", "")
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    if not qualname or "<locals>" in qualname or module is None:
+        return None
+    path = getattr(module, "__file__", None) or ""
+    if path.endswith(".ipynb"):
+        return f"{path}::{qualname}"
+    if module.__name__ == "__main__":
+        return None
+    return f"{module.__name__}:{qualname}"
+
+
 def resolve(target: str):
     """The function or class a target names: "pkg.mod:name" or "path/to/notebook.ipynb::name"."""
     if "::" in target:  # a notebook's function: load the notebook's graded code, as the grader does

@@ -242,7 +242,9 @@ class FlatModel:
             loss = self._loss(leaves, idx, targets)
         if between is not None:
             between()
-        with lock:
+        # Backward on this thread: an autograd engine that started its GPU threads cannot be forked, and
+        # run_distributed forks ranks from this process when the optimizer is not importable.
+        with lock, torch.autograd.set_multithreading_enabled(False):
             grads = torch.autograd.grad(loss, list(leaves.values()))
         del loss, leaves
         out = torch.empty(self.numel, dtype=flat.dtype, device=flat.device)
@@ -408,6 +410,28 @@ def reference_training(world_size: int, *, cfg: GPTConfig | str = "tiny", steps:
         opt.step()
         params.grad = None
     return params.detach()
+
+
+def run_distributed(optimizer, world_size: int, stage: int, *, timeout_s: float = 120.0, **kwargs) -> list[dict]:
+    """distributed_rank on `world_size` gloo processes with `optimizer` (a class).
+
+    A class a fresh interpreter can import (from a module, or from a notebook the course's loader ran) is
+    passed by name to freshly started processes. One defined interactively (a Jupyter cell) can only
+    reach the ranks in forked copies of this process.
+    """
+    from memfit.dist import importable_name, run_ranks
+    name = importable_name(optimizer)
+    args = dict(optimizer=name or optimizer, stage=stage, **kwargs)
+    try:
+        return run_ranks("memfit.zero:distributed_rank" if name else distributed_rank, world_size, args=args,
+                         timeout_s=timeout_s)
+    except Exception as exc:
+        if "Autograd-and-Fork" in str(exc):
+            raise RuntimeError(
+                "the ranks are forked copies of this process, and this process already ran a backward pass "
+                "with autograd's GPU threads, which a fork cannot carry. Restart the kernel and run this cell "
+                "before any other backward pass, or grade the saved notebook (make grade)") from None
+        raise
 
 
 def max_relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -601,7 +625,8 @@ def main(argv=None) -> int:
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    print(f"rank {result['rank']}: {json.dumps(result)}", flush=True)
+    # One write per line (under PIPE_BUF bytes): lines of ranks sharing a pipe do not interleave.
+    os.write(1, f"rank {result['rank']}: {json.dumps(result)}\n".encode())
     return 0
 
 

@@ -226,17 +226,16 @@ def check_comm_bytes_per_rank(comm_bytes_per_rank, cases: str = "visible") -> No
 
 def check_zero_on_gloo(ZeroAdamW, zero_bytes_per_rank, cases: str = "visible") -> None:
     """The learner's optimizer on two gloo processes: weights equal to the reference, memory as predicted."""
-    from memfit.dist import DistributedFailure, run_ranks
+    from memfit.dist import DistributedFailure
     from memfit.gpt import COURSE_CONFIGS
-    from memfit.zero import FlatModel, distributed_rank
+    from memfit.zero import FlatModel, run_distributed
     visible, hidden = check_cases(cases)
     numel = FlatModel.of(COURSE_CONFIGS[TINY]).numel
     plan = ([1, 3] if visible else []) + ([0, 2] if hidden else [])
     for stage in plan:
         call_learner(ZeroAdamW, FlatModel.of(COURSE_CONFIGS[TINY]).initial(), _SoloComm(), stage)  # a stub fails here
         try:
-            ranks = run_ranks(distributed_rank, 2, args=dict(optimizer=ZeroAdamW, stage=stage, opt_args=OPT_ARGS),
-                              timeout_s=90)
+            ranks = run_distributed(ZeroAdamW, 2, stage, opt_args=OPT_ARGS, timeout_s=90)
         except DistributedFailure as exc:
             raise CheckFailed(f"stage {stage} on 2 gloo processes failed:\n{str(exc)[-1500:]}") from None
         err = ranks[0]["max_rel_error"]
