@@ -5,7 +5,7 @@ engines (ZeroRedundancyOptimizer, FSDP2 fully_shard), against the predictions.
 Each configuration trains the course's medium GPT for three steps on every rank (micro-batch 1 x 256 tokens,
 so that the model states dominate) and measures the last step with the CUDA allocator of each rank:
 memory_allocated after the step (at rest) and max_memory_allocated during it (peak), both above what the rank
-held before the model existed. Predictions: zero_bytes_per_rank for the states at rest (exact, padding
+held before the model existed and after a warm-up matmul created cuBLAS's workspace (reported apart). Predictions: zero_bytes_per_rank for the states at rest (exact, padding
 included); for the peak, the states plus memfit.zero.engine_peak_bytes (the step's largest transient), which
 leaves out the activations. Rank 0 also trains unsharded AdamW and reports the largest relative difference.
 """
@@ -42,13 +42,15 @@ def run(world: int | None = None) -> dict:
             rows.append(dict(engine=f"ZeroAdamW stage {stage}", dtype=dtype, predicted_at_rest=states,
                              at_rest=[r["at_rest"] for r in ranks], predicted_peak=states + transient["transient"],
                              moment=transient["moment"], peak=[r["peak"] for r in ranks],
-                             sent_per_step=ranks[0]["sent_per_step"], max_rel_error=ranks[0].get("max_rel_error")))
+                             sent_per_step=ranks[0]["sent_per_step"], max_rel_error=ranks[0].get("max_rel_error"),
+                             cublas_workspace=ranks[0]["cublas_workspace"]))
     for name, target, stage in (("ZeroRedundancyOptimizer (ZeRO-1)", "memfit.zero:zero_redundancy_rank", 1),
                                 ("FSDP2 fully_shard per block (ZeRO-3)", "memfit.zero:fsdp2_rank", 3)):
         ranks = _run(target, world)
         rows.append(dict(engine=name, dtype="float32", predicted_at_rest=zero_bytes_per_rank(stage, numel, world, 4, 4, 8)["total"],
                          at_rest=[r["at_rest"] for r in ranks], inventory=[sum(r["inventory"].values()) for r in ranks],
-                         peak=[r["peak"] for r in ranks], max_rel_error=ranks[0].get("max_rel_error")))
+                         peak=[r["peak"] for r in ranks], max_rel_error=ranks[0].get("max_rel_error"),
+                         cublas_workspace=ranks[0]["cublas_workspace"]))
     return {"model": MODEL, "params": numel, "world_size": world, "batch": BATCH, "seq": SEQ, "rows": rows}
 
 
@@ -69,7 +71,8 @@ def markdown(result: dict) -> str:
         err = "n/a" if r["max_rel_error"] is None else f"{r['max_rel_error']:.1e}"
         lines.append(f"| {r['engine']} | {r['dtype']} | {mib(r['predicted_at_rest'])} | {at_rest} | {pred_peak} | "
                      f"{peak} | {sent} | {err} |")
-    lines += ["", "Predicted peak = states at rest + the step's largest transient (memfit.zero.engine_peak_bytes); "
+    lines += ["", f"cuBLAS workspace per rank, created before the measurement and not in the figures: "
+              f"{mib(result['rows'][0]['cublas_workspace'])} MiB.", "", "Predicted peak = states at rest + the step's largest transient (memfit.zero.engine_peak_bytes); "
               "activations are not in it. For PyTorch's engines the prediction is ZeRO's at-rest formula for the "
               "stage they implement; their peaks hold gathered units and communication buffers the formula does "
               "not model."]

@@ -272,6 +272,7 @@ class RankReport:
     peak: int  # the highest bytes alive during a step (measured)
     sent_per_step: int  # bytes this rank sent in its collectives, per step
     calls: list = field(default_factory=list)  # the collectives of the last step
+    workspace: int = 0  # cuBLAS workspace created before the measurement (GPU), not in at_rest or peak
 
 
 def buffer_bytes(optimizer) -> dict[str, int]:
@@ -293,14 +294,28 @@ class _Meter:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self.workspace = 0
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+            before = torch.cuda.memory_allocated(device)
+            self._warm_up_cublas(device)
+            # cuBLAS keeps a workspace per handle and stream from its first matmul on: memory the step uses,
+            # but no state of the optimizer's (lesson 01 measures it). Created here, it is counted apart.
             self.base = torch.cuda.memory_allocated(device)
+            self.workspace = self.base - before
         else:
             from memfit.meter import LiveTensorMeter
             self.live = LiveTensorMeter()
             self.live.__enter__()
             self.base = 0
+
+    @staticmethod
+    def _warm_up_cublas(device) -> None:
+        with torch.autograd.set_multithreading_enabled(False):
+            for dtype in (torch.float32, torch.bfloat16):
+                a = torch.ones(64, 64, device=device, dtype=dtype, requires_grad=True)
+                (a @ a).sum().backward()
+        torch.cuda.synchronize(device)
 
     def now(self) -> int:
         import gc
@@ -360,7 +375,8 @@ def train_ranks(optimizer_cls, comm: Comm, stage: int, *, cfg: GPTConfig | str =
     finally:
         meter.close()
     final = opt.gather_params()[:flat_model.numel].float().clone()
-    report = RankReport(comm.rank, final if comm.rank == 0 else None, buffer_bytes(opt), at_rest, peak, sent, calls)
+    report = RankReport(comm.rank, final if comm.rank == 0 else None, buffer_bytes(opt), at_rest, peak, sent, calls,
+                        meter.workspace)
     return report
 
 
@@ -483,7 +499,7 @@ def distributed_rank(rank: int, world_size: int, optimizer: str | type, stage: i
     report = train_ranks(optimizer, TorchComm(), stage, cfg=cfg, steps=steps, batch=batch, seq=seq,
                          param_dtype=getattr(torch, param_dtype), device=device, opt_args=opt_args)
     out = dict(rank=rank, buffers=report.buffers, at_rest=report.at_rest, peak=report.peak,
-               sent_per_step=report.sent_per_step)
+               sent_per_step=report.sent_per_step, cublas_workspace=report.workspace)
     if rank == 0 and param_dtype == "float32":
         want = reference_training(world_size, cfg=cfg, steps=steps, batch=batch, seq=seq, opt_args=opt_args,
                                   device=device)
@@ -541,7 +557,8 @@ def _train_engine(rank, world_size, wrap, make_opt, *, cfg, steps, batch, seq, o
         at_rest, peak = meter.now(), meter.peak()
     finally:
         meter.close()
-    out = dict(rank=rank, inventory=_engine_inventory(model, opt), at_rest=at_rest, peak=peak)
+    out = dict(rank=rank, inventory=_engine_inventory(model, opt), at_rest=at_rest, peak=peak,
+               cublas_workspace=meter.workspace)
     full = {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach() for n, p in model.named_parameters()}
     flat_model = FlatModel.of(cfg)
     final = torch.cat([full[_strip(n, full)].reshape(-1).float() for n in flat_model.names])
