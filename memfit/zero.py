@@ -431,12 +431,17 @@ def reference_training(world_size: int, *, cfg: GPTConfig | str = "tiny", steps:
 def run_distributed(optimizer, world_size: int, stage: int, *, timeout_s: float = 120.0, **kwargs) -> list[dict]:
     """distributed_rank on `world_size` gloo processes with `optimizer` (a class).
 
-    A class a fresh interpreter can import (from a module, or from a notebook the course's loader ran) is
-    passed by name to freshly started processes. One defined interactively (a Jupyter cell) can only
-    reach the ranks in forked copies of this process.
+    The ranks are fresh processes. A class they can import (from a module, or from a notebook the course's
+    loader ran) is passed by name; one defined in a Jupyter cell is passed as the source of the notebook's
+    imports, functions and classes. Only anything else (a class defined inside a function) reaches the
+    ranks in forked copies of this process, which works on CPU-only machines.
     """
-    from memfit.dist import importable_name, run_ranks
+    from memfit.dist import importable_name, interactive_definitions, run_ranks
     name = importable_name(optimizer)
+    if name is None and "<locals>" not in optimizer.__qualname__:
+        source = interactive_definitions()  # a Jupyter cell's class: the ranks run the notebook's definitions
+        if source is not None:
+            name = {"source": source, "name": optimizer.__qualname__}
     args = dict(optimizer=name or optimizer, stage=stage, **kwargs)
     try:
         return run_ranks("memfit.zero:distributed_rank" if name else distributed_rank, world_size, args=args,
@@ -491,7 +496,7 @@ def distributed_rank(rank: int, world_size: int, optimizer: str | type, stage: i
     """One rank of train_ranks on torch.distributed (run it with memfit.dist.run_ranks or torchrun).
     optimizer: the class, or where to find it ("memfit.from_lessons.zero:ZeroAdamW", "x.ipynb::ZeroAdamW").
     Rank 0 also trains the unsharded reference and reports the largest relative difference."""
-    if isinstance(optimizer, str):
+    if isinstance(optimizer, (str, dict)):
         from memfit.dist import resolve
         optimizer = resolve(optimizer)
     if device == "cuda":

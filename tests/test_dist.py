@@ -119,3 +119,21 @@ def test_zero_under_torchrun():
                     if line.startswith("rank ")), key=lambda r: r["rank"])
     assert [r["rank"] for r in ranks] == [0, 1]
     assert ranks[0]["bitwise_equal"] and all(r["at_rest"] == sum(r["buffers"].values()) for r in ranks)
+
+
+def test_a_class_from_a_jupyter_cell_reaches_spawned_ranks():
+    """In a kernel the learner's class is neither importable nor safely forkable (on a GPU machine, after a
+    backward pass): the ranks get the notebook's definitions as source."""
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+    from memfit.zero import run_distributed
+    shell = InteractiveShell.instance()
+    try:
+        for cell in ("import torch\nfrom memfit.from_lessons.zero import ZeroAdamW as _Reference",
+                     "x = 1  # not a definition: not replayed",
+                     "class MyZero(_Reference):\n    pass"):
+            assert shell.run_cell(cell, store_history=True).success
+        ranks = run_distributed(shell.user_ns["MyZero"], 2, 1, opt_args=dict(lr=1e-2, eps=1e-3, weight_decay=0.1))
+    finally:
+        InteractiveShell.clear_instance()
+    assert ranks[0]["bitwise_equal"] and ranks[0]["at_rest"] == ranks[1]["at_rest"]

@@ -12,13 +12,19 @@ import argparse
 import os
 import sys
 import time
+import types
 
 from autograder.notebook_loader import cell_source, compile_cell, read_notebook, strip_magics
 
 
 def run(path: str) -> float:
     os.environ.setdefault("MPLBACKEND", "Agg")
-    namespace = {"__name__": "__main__"}
+    # A module with the notebook's path as __file__, as the grader's loader makes: classes defined in the
+    # notebook can then be found by name from other processes (memfit.dist.importable_name).
+    module = types.ModuleType("notebook_run")
+    module.__file__ = str(path)
+    sys.modules[module.__name__] = module
+    namespace = module.__dict__
     start = time.perf_counter()
     for i, cell in enumerate(read_notebook(path)["cells"], 1):
         if cell["cell_type"] != "code":
