@@ -16,6 +16,7 @@ Bytes sent are counted as the ring algorithms send them, per rank: an all-reduce
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -169,8 +170,9 @@ def simulate(world_size: int, fn: Callable[[SimComm], Any], timeout_s: float = 1
     threads = [threading.Thread(target=run, args=(r,), daemon=True, name=f"rank{r}") for r in range(world_size)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + timeout_s + 5  # a wait at a collective times out first, with its own message
     for t in threads:
-        t.join(timeout_s)
+        t.join(max(0.0, deadline - time.monotonic()))
     if any(t.is_alive() for t in threads):
         rv.barrier.abort()
         raise SimulationFailed(f"simulated ranks still running after {timeout_s:.0f} s")

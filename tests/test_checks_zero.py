@@ -101,3 +101,29 @@ def test_stubs_are_reported_not_implemented():
                          (checks.check_prefetch_timeline, ("prefetch_timeline",))):
         with pytest.raises(NotImplementedYet):
             check(*(getattr(stub, n) for n in names))
+
+
+def test_simulated_ranks_that_disagree_fail_within_the_limit():
+    import time
+
+    import torch
+
+    from memfit.zero import SimulationFailed, simulate
+
+    def only_rank_0_reduces(comm):
+        if comm.rank == 0:
+            comm.all_reduce(torch.ones(4))
+        return comm.rank
+
+    start = time.monotonic()
+    with pytest.raises(SimulationFailed, match="never joined"):
+        simulate(2, only_rank_0_reduces, timeout_s=2)
+    assert time.monotonic() - start < 10
+
+    def rank_1_raises(comm):
+        if comm.rank == 1:
+            raise KeyError("rank 1's own error")
+        comm.all_reduce(torch.ones(4))
+
+    with pytest.raises(KeyError, match="rank 1's own error"):
+        simulate(2, rank_1_raises, timeout_s=30)
