@@ -21,7 +21,7 @@ import torch
 import triton
 
 from autograder import ROOT, course_env, gradebook
-LESSON_BENCHMARKS = ["first_kernel", "activations", "zero"]
+LESSON_BENCHMARKS = ["first_kernel", "activations", "kernel_fusion", "zero"]
 
 
 def device_facts() -> dict:

@@ -115,6 +115,22 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
         "cpu": dict(BLOCK=1024, num_warps=4),
         "gpu": dict(BLOCK=1024, num_warps=4),
     },
+    # Lesson 04. Elementwise kernels: a block of 1024 elements per program, 4 warps (8 elements a thread).
+    "pow4": {
+        "cpu": dict(BLOCK=1024, num_warps=4),
+        "gpu": dict(BLOCK=1024, num_warps=4),
+    },
+    "swiglu": {
+        "cpu": dict(BLOCK=1024, num_warps=4),
+        "gpu": dict(BLOCK=1024, num_warps=4),
+    },
+    # Row kernels hold a whole row in registers: BLOCK is the longest row they accept (the compile check
+    # builds that size; a launch uses the row's next power of two), num_warps the warps at that size.
+    # T4 and V100 keep the same: a row reduction needs shared memory only for its cross-warp sums.
+    "rmsnorm": {
+        "cpu": dict(BLOCK=16384, num_warps=16),
+        "gpu": dict(BLOCK=16384, num_warps=16),
+    },
 }
 
 PROBLEM_SIZES: dict[str, dict[str, dict]] = {

@@ -1,0 +1,103 @@
+"""Known-wrong (and known-right alternative) implementations of lesson 04's exercises."""
+import torch
+import triton
+import triton.language as tl
+
+import memfit
+import memfit.from_lessons.kernel_fusion as ref
+
+
+# ------------------------------------------------------------------------------------------- pow4
+@triton.jit
+def _pow4_unmasked_kernel(a_ptr, b_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    a = tl.load(a_ptr + offsets, mask=offsets < n, other=1.0).to(tl.float32)
+    tl.store(b_ptr + offsets, (a * a * a * a).to(b_ptr.dtype.element_ty))  # no mask on the store
+
+
+def pow4_unmasked_store(a, out=None):
+    out = torch.empty_like(a) if out is None else out
+    _pow4_unmasked_kernel[(triton.cdiv(a.numel(), 1024),)](a, out, a.numel(), BLOCK=1024)
+    return out
+
+
+def pow4_one_block_short(a, out=None):  # the grid floors instead of rounding up: the tail is never written
+    out = torch.empty_like(a) if out is None else out
+    ref.pow4_kernel[(max(1, a.numel() // 1024),)](a, out, a.numel(), BLOCK=1024)
+    return out
+
+
+def pow4_with_torch(a, out=None):  # eager: right numbers, three kernels and two temporaries
+    result = a * a * a * a
+    return out.copy_(result) if out is not None else result
+
+
+def pow4_other_block(a, out=None):  # right: another block size
+    out = torch.empty_like(a) if out is None else out
+    ref.pow4_kernel[(triton.cdiv(a.numel(), 256),)](a, out, a.numel(), BLOCK=256)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- RMSNorm
+def rmsnorm_forward_mean_not_rms(x, weight, eps=1e-5):  # divides by mean(|x|)... via a wrong eps placement
+    y, rstd = ref.rmsnorm_forward(x, weight, eps)
+    rstd = rstd * (1 + 1e-2)
+    rows = x.reshape(-1, x.shape[-1]).float()
+    return (rows * rstd[:, None] * weight.float()).to(x.dtype).view(x.shape), rstd
+
+
+def rmsnorm_forward_rstd_in_x_dtype(x, weight, eps=1e-5):
+    y, rstd = ref.rmsnorm_forward(x, weight, eps)
+    return y, rstd.to(x.dtype)
+
+
+def rmsnorm_backward_without_projection(dy, x, weight, rstd):  # dx = r * w * dy: forgets the mean term
+    dx, dw = ref.rmsnorm_backward(dy, x, weight, rstd)
+    rows = rstd.view(*x.shape[:-1], 1)
+    return (rows * weight.float() * dy.float()).to(x.dtype), dw
+
+
+def rmsnorm_backward_dw_of_last_program(dy, x, weight, rstd):  # partial sums never added up
+    dx, _ = ref.rmsnorm_backward(dy, x, weight, rstd)
+    xhat = x.reshape(-1, x.shape[-1]).float() * rstd[:, None]
+    return dx, (dy.reshape(-1, x.shape[-1]).float() * xhat)[-1].to(weight.dtype)
+
+
+# ----------------------------------------------------------------------------------------- SwiGLU
+def swiglu_backward_silu_derivative_wrong(dh, gate, up):  # d silu/dg taken as sigmoid(g)
+    dgate, dup = ref.swiglu_backward(dh, gate, up)
+    g = gate.float()
+    return (dh.float() * up.float() * torch.sigmoid(g)).to(gate.dtype), dup
+
+
+def swiglu_backward_stores_silu(dh, gate, up):  # right numbers, but materialises silu(gate) with PyTorch
+    silu = torch.nn.functional.silu(gate)
+    return (dh * up * torch.sigmoid(gate) * (1 + gate * (1 - torch.sigmoid(gate)))), dh * silu
+
+
+def swiglu_forward_contiguous_only(gate, up):  # ignores the row stride: reads the wrong half of w13's output
+    g, u = gate.reshape(-1, gate.shape[-1]), up.reshape(-1, up.shape[-1])
+    h = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    f = g.shape[1]
+    grid = (g.shape[0], triton.cdiv(f, 1024))
+    ref.swiglu_forward_kernel[grid](g, u, h, f, f, f, BLOCK=1024)
+    return h
+
+
+# ----------------------------------------------------------------------------------- modules, savings
+def use_fused_norms_only(model):  # SwiGLU left eager
+    from memfit.gpt import RMSNorm
+    for module in model.modules():
+        if type(module) is RMSNorm:
+            module.__class__ = ref.FusedRMSNorm
+    return model
+
+
+def savings_without_rstd_correction(cfg, batch, seq, dtype_bytes):  # forgets the fp32 r the fused norm keeps
+    tokens = batch * seq
+    return 2 * (dtype_bytes * tokens * cfg.d_model + dtype_bytes * tokens) + dtype_bytes * tokens * cfg.ffn_hidden
+
+
+def savings_counts_one_norm(cfg, batch, seq, dtype_bytes):
+    tokens = batch * seq
+    return dtype_bytes * tokens * cfg.d_model + dtype_bytes * tokens - 4 * tokens + dtype_bytes * tokens * cfg.ffn_hidden
