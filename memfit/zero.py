@@ -73,6 +73,9 @@ class Comm:
         self._count("all_gather", (self.world_size - 1) * shard.nbytes)
         self._all_gather(out, shard)
 
+    def settle(self) -> None:
+        """Wait until no collective of this rank still holds a tensor (after the last step, before measuring)."""
+
     def _all_reduce(self, tensor): raise NotImplementedError
     def _reduce_scatter(self, out, full): raise NotImplementedError
     def _all_gather(self, out, shard): raise NotImplementedError
@@ -133,6 +136,12 @@ class TorchComm(Comm):
         import torch.distributed as dist
         self._dist = dist
         super().__init__(dist.get_rank(), dist.get_world_size())
+
+    def settle(self) -> None:
+        # gloo's worker thread drops its reference to a finished collective's tensors a moment after the
+        # caller returns: a temporary the caller passed (a clone of a shard) can outlive the call briefly.
+        self._dist.barrier()
+        time.sleep(0.05)
 
     def _all_reduce(self, tensor):
         self._dist.all_reduce(tensor)
@@ -371,6 +380,7 @@ def train_ranks(optimizer_cls, comm: Comm, stage: int, *, cfg: GPTConfig | str =
             del idx, targets
             opt.step(grad)
             del grad
+        comm.settle()
         at_rest, peak = meter.now(), meter.peak()
         sent = comm.sent_bytes - sent_before
         calls = comm.calls[calls_before:]
