@@ -169,8 +169,10 @@ def check_swiglu(swiglu_forward, swiglu_backward, cases: str = "visible") -> Non
                                  "swiglu_forward: " + what)
             dh = _randn(shape, dtype, seed + 50)
             got = call_learner(swiglu_backward, dh, gate, up, what="swiglu_backward: " + what)
-            if not (isinstance(got, tuple) and len(got) == 2):
-                raise CheckFailed(f"swiglu_backward: {what} should return (dgate, dup), got {type(got).__name__}")
+            if not isinstance(got, torch.Tensor) or got.shape != gate_up.shape:
+                raise CheckFailed(f"swiglu_backward: {what} should return one tensor of shape {tuple(gate_up.shape)} "
+                                  f"([dgate | dup]), got {getattr(got, 'shape', type(got).__name__)}")
+            got = got.chunk(2, dim=-1)
             grads = {}
             for key, (g, u, d) in (("exact", (gate.double(), up.double(), dh.double())), ("same", (gate, up, dh))):
                 g, u = g.detach().clone().requires_grad_(True), u.detach().clone().requires_grad_(True)
@@ -185,7 +187,7 @@ def check_swiglu(swiglu_forward, swiglu_backward, cases: str = "visible") -> Non
     got, report = measure_peak(lambda: call_learner(swiglu_backward, dh, gate, up, what=what), device=memfit.DEVICE)
     budget = math.ceil(1.05 * 2 * dh.numel() * 4)
     if report.peak_bytes > budget:
-        raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds dgate + dup "
+        raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds [dgate | dup] "
                           f"({format_bytes(budget)} with 5%): recompute silu inside the kernel, store nothing else")
     _no_torch_arithmetic(lambda: call_learner(swiglu_forward, gate, up, what=what), "swiglu_forward " + what)
 
@@ -306,6 +308,6 @@ KERNELS = [
                {"g_ptr": "*{dtype}", "u_ptr": "*{dtype}", "h_ptr": "*{dtype}", "stride_g": "i32", "stride_u": "i32",
                 "n_cols": "i32"}),
     KernelSpec("swiglu_backward_kernel", "swiglu",
-               {"dh_ptr": "*{dtype}", "g_ptr": "*{dtype}", "u_ptr": "*{dtype}", "dg_ptr": "*{dtype}",
-                "du_ptr": "*{dtype}", "stride_g": "i32", "stride_u": "i32", "n_cols": "i32"}),
+               {"dh_ptr": "*{dtype}", "g_ptr": "*{dtype}", "u_ptr": "*{dtype}", "d_ptr": "*{dtype}",
+                "stride_g": "i32", "stride_u": "i32", "n_cols": "i32"}),
 ]

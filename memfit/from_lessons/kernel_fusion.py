@@ -131,8 +131,8 @@ def swiglu_forward_kernel(g_ptr, u_ptr, h_ptr, stride_g, stride_u, n_cols, BLOCK
 
 
 @triton.jit
-def swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, stride_g, stride_u, n_cols, BLOCK: tl.constexpr):
-    """dgate and dup for one row's block of columns, silu(g) recomputed from g."""
+def swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, d_ptr, stride_g, stride_u, n_cols, BLOCK: tl.constexpr):
+    """One row's block of columns of d = [dgate | dup] (rows 2 * n_cols apart), silu(g) recomputed from g."""
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -140,8 +140,9 @@ def swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, stride_g, strid
     g = tl.load(g_ptr + row * stride_g + cols, mask=mask).to(tl.float32)
     u = tl.load(u_ptr + row * stride_u + cols, mask=mask).to(tl.float32)
     s = tl.sigmoid(g)
-    tl.store(du_ptr + row * n_cols + cols, (dh * g * s).to(du_ptr.dtype.element_ty), mask=mask)
-    tl.store(dg_ptr + row * n_cols + cols, (dh * u * s * (1 + g * (1 - s))).to(dg_ptr.dtype.element_ty), mask=mask)
+    d_row = d_ptr + row * 2 * n_cols
+    tl.store(d_row + cols, (dh * u * s * (1 + g * (1 - s))).to(d_ptr.dtype.element_ty), mask=mask)
+    tl.store(d_row + n_cols + cols, (dh * g * s).to(d_ptr.dtype.element_ty), mask=mask)
 
 
 def _row_view(t: torch.Tensor) -> torch.Tensor:
@@ -168,16 +169,17 @@ def swiglu_forward(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return h
 
 
-def swiglu_backward(dh: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dgate, dup) of h = silu(gate) * up, recomputing silu(gate) from gate."""
+def swiglu_backward(dh: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """The gradient of [gate | up] (w13's output) for h = silu(gate) * up: dgate and dup side by side in one
+    (..., 2f) tensor, silu(gate) recomputed from gate."""
     if dh.shape != gate.shape or gate.shape != up.shape:
         raise ValueError(f"dh, gate and up must have one shape: {tuple(dh.shape)}, {tuple(gate.shape)}, {tuple(up.shape)}")
     g, u, grads = _row_view(gate), _row_view(up), dh.contiguous()
-    dgate = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
-    dup = torch.empty_like(dgate)
-    grid, launch = _swiglu_grid(g.shape[0], g.shape[1])
-    swiglu_backward_kernel[grid](grads, g, u, dgate, dup, g.stride(0), u.stride(0), g.shape[1], **launch)
-    return dgate, dup
+    f = g.shape[1]
+    d = torch.empty(*gate.shape[:-1], 2 * f, dtype=gate.dtype, device=gate.device)
+    grid, launch = _swiglu_grid(g.shape[0], f)
+    swiglu_backward_kernel[grid](grads, g, u, d, g.stride(0), u.stride(0), f, **launch)
+    return d
 
 
 from memfit.gpt import RMSNorm, SwiGLU
@@ -198,15 +200,17 @@ class RMSNormFunction(torch.autograd.Function):
 
 
 class SwiGLUFunction(torch.autograd.Function):
+    """silu(gate) * up of gate_up = [gate | up], w13's output."""
+
     @staticmethod
-    def forward(ctx, gate, up):
-        ctx.save_for_backward(gate, up)  # silu(gate) is not kept: backward recomputes it
-        return swiglu_forward(gate, up)
+    def forward(ctx, gate_up):
+        ctx.save_for_backward(gate_up)  # silu(gate) is not kept: backward recomputes it
+        return swiglu_forward(*gate_up.chunk(2, dim=-1))
 
     @staticmethod
     def backward(ctx, dh):
-        gate, up = ctx.saved_tensors
-        return swiglu_backward(dh, gate, up)
+        (gate_up,) = ctx.saved_tensors
+        return swiglu_backward(dh, *gate_up.chunk(2, dim=-1))
 
 
 class FusedRMSNorm(RMSNorm):
@@ -216,8 +220,7 @@ class FusedRMSNorm(RMSNorm):
 
 class FusedSwiGLU(SwiGLU):
     def forward(self, x):
-        gate, up = self.w13(x).chunk(2, dim=-1)
-        return self.w2(SwiGLUFunction.apply(gate, up))
+        return self.w2(SwiGLUFunction.apply(self.w13(x)))
 
 
 def use_fused_kernels(model: torch.nn.Module) -> torch.nn.Module:

@@ -65,14 +65,15 @@ def rmsnorm_backward_dw_of_last_program(dy, x, weight, rstd):  # partial sums ne
 
 # ----------------------------------------------------------------------------------------- SwiGLU
 def swiglu_backward_silu_derivative_wrong(dh, gate, up):  # d silu/dg taken as sigmoid(g)
-    dgate, dup = ref.swiglu_backward(dh, gate, up)
-    g = gate.float()
-    return (dh.float() * up.float() * torch.sigmoid(g)).to(gate.dtype), dup
+    d = ref.swiglu_backward(dh, gate, up)
+    f = gate.shape[-1]
+    d[..., :f] = (dh.float() * up.float() * torch.sigmoid(gate.float())).to(gate.dtype)
+    return d
 
 
 def swiglu_backward_stores_silu(dh, gate, up):  # right numbers, but materialises silu(gate) with PyTorch
-    silu = torch.nn.functional.silu(gate)
-    return (dh * up * torch.sigmoid(gate) * (1 + gate * (1 - torch.sigmoid(gate)))), dh * silu
+    s = torch.sigmoid(gate)
+    return torch.cat([dh * up * s * (1 + gate * (1 - s)), dh * torch.nn.functional.silu(gate)], dim=-1)
 
 
 def swiglu_forward_contiguous_only(gate, up):  # ignores the row stride: reads the wrong half of w13's output
