@@ -49,7 +49,7 @@ def run() -> dict:
     pow4_rows = [dict(impl=k, ms=round(v, 4), tb_s=round(useful / v / 1e9, 3), of_copy=round(copy_ms / v, 3))
                  for k, v in pow4.items()]
     del a, dst
-    kernels = []
+    kernels, sweep = [], {}
     compiled_norm = torch.compile(_rmsnorm_eager)
     compiled_swiglu = torch.compile(_swiglu_eager)
     for hidden, ffn in WIDTHS:
@@ -58,19 +58,37 @@ def run() -> dict:
         dy = torch.randn_like(x)
         impls = {"eager": _rmsnorm_eager, "torch.compile": compiled_norm,
                  "reference Triton": lambda x, w: ref.RMSNormFunction.apply(x, w, 1e-5)}
-        times = {k: median_ms(_fwd_bwd(f, (x, w), dy), warmup_ms=200, rep_ms=500) for k, f in impls.items()}
+        times = {k: median_ms(_fwd_bwd(f, (x, w), dy), warmup_ms=200, rep_ms=2000) for k, f in impls.items()}
         kernels.append(dict(kernel="RMSNorm fwd+bwd", shape=f"{TOKENS} x {hidden}", **{k: round(v, 4) for k, v in times.items()},
                             speedup_vs_compile=round(times["torch.compile"] / times["reference Triton"], 3)))
+        sweep[hidden] = _programs_sweep(ref, x, w, dy)
         del x, w, dy
         gate_up = torch.randn(TOKENS, 2 * ffn, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         dh = torch.randn(TOKENS, ffn, device="cuda", dtype=torch.bfloat16)
         impls = {"eager": _swiglu_eager, "torch.compile": compiled_swiglu, "reference Triton": ref.SwiGLUFunction.apply}
-        times = {k: median_ms(_fwd_bwd(f, (gate_up,), dh), warmup_ms=200, rep_ms=500) for k, f in impls.items()}
+        times = {k: median_ms(_fwd_bwd(f, (gate_up,), dh), warmup_ms=200, rep_ms=2000) for k, f in impls.items()}
         kernels.append(dict(kernel="SwiGLU fwd+bwd", shape=f"{TOKENS} x {ffn}", **{k: round(v, 4) for k, v in times.items()},
                             speedup_vs_compile=round(times["torch.compile"] / times["reference Triton"], 3)))
         del gate_up, dh
         torch.cuda.empty_cache()
-    return dict(title="Lesson 04: fused kernels against eager PyTorch and torch.compile", pow4=pow4_rows, kernels=kernels)
+    return dict(title="Lesson 04: fused kernels against eager PyTorch and torch.compile", pow4=pow4_rows, kernels=kernels,
+                rmsnorm_backward_programs=sweep)
+
+
+def _programs_sweep(ref, x, w, dy) -> dict:
+    """rmsnorm_backward alone with 1, 2, 4 and 8 programs per SM (the reference picks 32 / num_warps)."""
+    _, rstd = ref.rmsnorm_forward(x.detach(), w.detach())
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    chosen = ref._programs
+    out = {}
+    try:
+        for per_sm in (1, 2, 4, 8):
+            ref._programs = lambda device, num_warps, k=per_sm: sms * k
+            out[per_sm] = round(median_ms(lambda: ref.rmsnorm_backward(dy, x.detach(), w.detach(), rstd),
+                                          warmup_ms=100, rep_ms=500), 4)
+    finally:
+        ref._programs = chosen
+    return out
 
 
 def markdown(result: dict) -> str:
@@ -82,6 +100,9 @@ def markdown(result: dict) -> str:
               "| --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {k['kernel']} | {k['shape']} | {k['eager']} | {k['torch.compile']} | {k['reference Triton']} | "
               f"{k['speedup_vs_compile']:.2f}x |" for k in result["kernels"]]
+    lines += ["", "RMSNorm backward alone (ms) by programs per SM (the reference launches 32 / num_warps per SM):", "",
+              "| hidden | " + " | ".join(f"{k} per SM" for k in (1, 2, 4, 8)) + " |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {h} | " + " | ".join(str(v[k]) for k in v) + " |" for h, v in result["rmsnorm_backward_programs"].items()]
     return "\n".join(lines)
 
 

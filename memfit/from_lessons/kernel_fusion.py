@@ -95,11 +95,12 @@ def rmsnorm_backward_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, stri
 
 
 def _programs(device, num_warps: int) -> int:
-    """Enough programs to fill every SM's 64 warp slots (fewer leave memory latency unhidden); 4 on a CPU."""
+    """Programs for 32 resident warps per SM: enough to hide memory latency, few enough that a program's
+    row and its dw accumulator stay in registers (benchmarks/kernel_fusion.py sweeps this); 4 on a CPU."""
     device = torch.device(device)
     if device.type != "cuda":
         return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count * max(1, 64 // num_warps)
+    return torch.cuda.get_device_properties(device).multi_processor_count * max(1, 32 // num_warps)
 
 
 def rmsnorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor):
