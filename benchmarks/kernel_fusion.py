@@ -106,8 +106,20 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # this lesson alone: python -m benchmarks.kernel_fusion
+    import datetime
     import json
-    out = run()
-    print(json.dumps(out, indent=1))
-    print(markdown(out))
+    import re
+
+    from autograder import ROOT
+    from benchmarks.__main__ import device_facts
+    facts = device_facts()
+    result = dict(date=datetime.date.today().isoformat(), **facts, kernel_fusion=run())
+    slug = re.sub(r"[^a-z0-9]+", "-", facts["device"].lower()).strip("-")
+    stem = ROOT / "benchmarks" / "results" / f"{slug}-{result['date']}-kernel-fusion"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    text = (f"# {facts['device']} ({facts['capability']}), {result['date']}\n\ntorch {facts['torch']}, triton "
+            f"{facts['triton']}, CUDA {facts['cuda']}; eager, torch.compile and ours measured in this one run\n\n"
+            + markdown(result["kernel_fusion"]) + "\n")
+    stem.with_suffix(".md").write_text(text)
+    print(text)
