@@ -95,12 +95,13 @@ def rmsnorm_backward_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, stri
 
 
 def _programs(device, num_warps: int) -> int:
-    """Programs for 32 resident warps per SM: enough to hide memory latency, few enough that a program's
-    row and its dw accumulator stay in registers (benchmarks/kernel_fusion.py sweeps this); 4 on a CPU."""
+    """Programs for 16 warps per SM: a program keeps a whole row and its dw accumulator in registers, and
+    more programs per SM than the registers hold only queue up (benchmarks/kernel_fusion.py sweeps this:
+    on an H100 one 16-warp program per SM beats two, four or eight); 4 on a CPU."""
     device = torch.device(device)
     if device.type != "cuda":
         return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count * max(1, 32 // num_warps)
+    return torch.cuda.get_device_properties(device).multi_processor_count * max(1, 16 // num_warps)
 
 
 def rmsnorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor):
