@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import ROOT, course_env, feedback, gradebook
+from autograder import course_env, feedback, gradebook
 from autograder.checks import Check, checks_for
 from autograder.gradebook import Row
 from autograder.notebook_loader import LESSON_NAME, NotebookError, lesson_of, read_notebook

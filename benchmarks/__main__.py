@@ -31,6 +31,33 @@ def device_facts() -> dict:
                 cuda=torch.version.cuda, python=platform.python_version())
 
 
+def record_stem(out: Path, facts: dict, date: str, suffix: str = "") -> Path:
+    """benchmarks/results/<device>-<date><suffix>: where a run's .json and .md go."""
+    slug = re.sub(r"[^a-z0-9]+", "-", facts["device"].lower()).strip("-")
+    return out / f"{slug}-{date}{suffix}"
+
+
+def record_one(name: str, multi_gpu: bool = False, note: str = "") -> Path:
+    """One lesson's benchmark alone (python -m benchmarks.<name>): its .json and .md under benchmarks/results/,
+    named after the device (with the GPU count when the run spans several) and the lesson."""
+    import importlib
+    module = importlib.import_module(f"benchmarks.{name}")
+    facts = device_facts()
+    gpus = torch.cuda.device_count()
+    date = datetime.date.today().isoformat()
+    result = dict(date=date, gpus=gpus, **facts, **{name: module.run()})
+    named = dict(facts, device=f"{facts['device']} x{gpus}") if multi_gpu else facts  # nvidia-h200-x2-...
+    stem = record_stem(ROOT / "benchmarks" / "results", named, date, f"-{name.replace('_', '-')}")
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    nccl = f", NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}" if multi_gpu else ""
+    heading = f"{facts['device']} x {gpus}" if multi_gpu else f"{facts['device']} ({facts['capability']})"
+    text = (f"# {heading}, {date}\n\ntorch {facts['torch']}, triton {facts['triton']}, CUDA {facts['cuda']}{nccl}"
+            f"{'; ' + note if note else ''}\n\n{module.markdown(result[name])}\n")
+    stem.with_suffix(".md").write_text(text)
+    print(text)
+    return stem
+
+
 def grading_seconds() -> dict:
     """`make grade NOTEBOOKS=solutions`: seconds per lesson and the statuses it gave."""
     with tempfile.TemporaryDirectory() as out:
@@ -60,9 +87,8 @@ def main(argv=None) -> int:
         result["lessons"][name] = importlib.import_module(f"benchmarks.{name}").run()
         print(f"benchmarked {name}")
     result["grading"] = grading_seconds()
-    slug = re.sub(r"[^a-z0-9]+", "-", facts["device"].lower()).strip("-")
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"{slug}-{result['date']}"
+    stem = record_stem(args.out, facts, result["date"])
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     md = [f"# {facts['device']} ({facts['capability']}), {result['date']}", "",
           f"torch {facts['torch']}, triton {facts['triton']}, CUDA {facts['cuda']}, Python {facts['python']}; "

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import torch
 
+from memfit.gpt import rms_norm, swiglu
 from memfit.timing import median_ms
 
 TOKENS = 8192
 WIDTHS = [(4096, 14336), (8192, 28672)]  # (hidden, SwiGLU width) of Llama-3 8B and 70B
 
 
-def _rmsnorm_eager(x, w, eps=1e-5):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+def _rmsnorm_eager(x, w):
+    return rms_norm(x, w, 1e-5)
 
 
 def _swiglu_eager(gate_up):
-    gate, up = gate_up.chunk(2, dim=-1)  # inside the function, so torch.compile sees (and fuses) the split too
-    return torch.nn.functional.silu(gate) * up
+    return swiglu(*gate_up.chunk(2, dim=-1))  # the split inside, so torch.compile sees (and fuses) it too
 
 
 def _fwd_bwd(fn, inputs, grad):
@@ -107,19 +107,5 @@ def markdown(result: dict) -> str:
 
 
 if __name__ == "__main__":  # this lesson alone: python -m benchmarks.kernel_fusion
-    import datetime
-    import json
-    import re
-
-    from autograder import ROOT
-    from benchmarks.__main__ import device_facts
-    facts = device_facts()
-    result = dict(date=datetime.date.today().isoformat(), **facts, kernel_fusion=run())
-    slug = re.sub(r"[^a-z0-9]+", "-", facts["device"].lower()).strip("-")
-    stem = ROOT / "benchmarks" / "results" / f"{slug}-{result['date']}-kernel-fusion"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    text = (f"# {facts['device']} ({facts['capability']}), {result['date']}\n\ntorch {facts['torch']}, triton "
-            f"{facts['triton']}, CUDA {facts['cuda']}; eager, torch.compile and ours measured in this one run\n\n"
-            + markdown(result["kernel_fusion"]) + "\n")
-    stem.with_suffix(".md").write_text(text)
-    print(text)
+    from benchmarks.__main__ import record_one
+    record_one("kernel_fusion", note="eager, torch.compile and ours measured in this one run")

@@ -79,19 +79,6 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    import datetime
-    import json
-    import re
-
-    from autograder import ROOT
-    from benchmarks.__main__ import device_facts
-    facts = device_facts()
-    result = dict(date=datetime.date.today().isoformat(), gpus=torch.cuda.device_count(), **facts, zero=run())
-    slug = re.sub(r"[^a-z0-9]+", "-", facts["device"].lower()).strip("-")
-    stem = ROOT / "benchmarks" / "results" / f"{slug}-x{result['gpus']}-{result['date']}-zero"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    text = (f"# {facts['device']} x {result['gpus']}, {result['date']}\n\ntorch {facts['torch']}, CUDA {facts['cuda']}, "
-            f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}\n\n" + markdown(result["zero"]) + "\n")
-    stem.with_suffix(".md").write_text(text)
-    print(text)
+if __name__ == "__main__":  # this lesson alone, on 2+ GPUs: python -m benchmarks.zero
+    from benchmarks.__main__ import record_one
+    record_one("zero", multi_gpu=True)

@@ -78,6 +78,17 @@ COURSE_CONFIGS = {
 }
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dimension, in eager PyTorch (the formula lesson 04 fuses)."""
+    inv_rms = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return x * inv_rms * weight
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's activation, in eager PyTorch (the formula lesson 04 fuses)."""
+    return F.silu(gate) * up
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -85,8 +96,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        inv_rms = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return x * inv_rms * self.weight
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rope_tables(cfg: GPTConfig, seq: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,7 +144,7 @@ class SwiGLU(nn.Module):
 
     def forward(self, x):
         gate, up = self.w13(x).chunk(2, dim=-1)
-        return self.w2(F.silu(gate) * up)
+        return self.w2(swiglu(gate, up))
 
 
 class Block(nn.Module):

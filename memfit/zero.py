@@ -129,6 +129,11 @@ class SimComm(Comm):
         out.copy_(gathered.view_as(out))
 
 
+def single_rank() -> SimComm:
+    """A world of one rank: its collectives copy (a step can be taken, or a constructor tried, alone)."""
+    return SimComm(0, 1, _Rendezvous(1, timeout_s=5))
+
+
 class TorchComm(Comm):
     """This process's rank of the default torch.distributed process group."""
 
@@ -395,19 +400,19 @@ def train_ranks(optimizer_cls, comm: Comm, stage: int, *, cfg: GPTConfig | str =
 def _local_gradient(opt, flat_model: FlatModel, stage: int, idx, targets, comm) -> torch.Tensor:
     buffer = opt.gather_params()  # padded; for ZeRO-3 a fresh all-gathered buffer
     flat = buffer.data[:flat_model.numel]
-    between = None
-    if stage == 3:
-        def between():
-            # What FSDP does after forward: free the gathered storage (autograd keeps views of it) and
-            # gather into it again just before backward. .data: the refill must not count as an in-place
-            # change to tensors autograd saved.
-            storage = flat.untyped_storage()
-            nbytes = storage.nbytes()
-            storage.resize_(0)
-            storage.resize_(nbytes)
-            opt.gather_params(out=buffer.data)
+
+    def refill():
+        # What FSDP does after forward: free the gathered storage (autograd keeps views of it) and
+        # gather into it again just before backward. .data: the refill must not count as an in-place
+        # change to tensors autograd saved.
+        storage = flat.untyped_storage()
+        nbytes = storage.nbytes()
+        storage.resize_(0)
+        storage.resize_(nbytes)
+        opt.gather_params(out=buffer.data)
+
     lock = getattr(getattr(comm, "_rv", None), "compute", None)
-    return flat_model.gradient(flat, idx, targets, between, lock)
+    return flat_model.gradient(flat, idx, targets, refill if stage == 3 else None, lock)
 
 
 class _NoLock:

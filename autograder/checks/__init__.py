@@ -82,6 +82,19 @@ def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
                                f"(at {where.filename}, line {where.lineno})") from None
 
 
+def expect_value_error(fn: Callable, *args, what: str, why: str = "for it") -> None:
+    """fn(*args) must raise ValueError: bad arguments get a clear error, not a number or another exception."""
+    try:
+        fn(*args)
+    except ValueError:
+        return
+    except NotImplementedError:
+        call_learner(fn, *args)  # reports the stub
+    except Exception as exc:
+        raise CheckFailed(f"{what} raised {type(exc).__name__}: raise ValueError naming the bad argument") from None
+    raise CheckFailed(f"{what} returned a value: raise ValueError {why}")
+
+
 def check_cases(cases: str) -> tuple[bool, bool]:
     """(run the visible cases, run the hidden cases)."""
     if cases not in CASES:

@@ -7,7 +7,8 @@ import torch
 
 import memfit
 from autograder.checks import Check, KernelSpec, CheckFailed, call_learner, check_cases, skip
-from autograder.checks.numerics import assert_close_by_rule, expect_like
+from autograder.checks.numerics import (GUARD_ELEMENTS, assert_close_by_rule, expect_like,
+                                        expect_no_torch_arithmetic)
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
 
 # ----------------------------------------------------------------------------------- bytes_of
@@ -34,22 +35,12 @@ def check_bytes_of(bytes_of, cases: str = "visible") -> None:
 
 # --------------------------------------------------------------------------------- scaled_add
 
-# Arithmetic a Triton kernel should do itself: seeing one of these means PyTorch did the work.
-TORCH_ARITHMETIC = {"aten.add", "aten.add_", "aten.mul", "aten.mul_", "aten.sub", "aten.div", "aten.addcmul",
-                    "aten.lerp", "aten.rsub", "aten.where", "aten.mm", "aten.addmm", "aten.add_out", "aten.mul_out"}
-
-
 def _inputs(n: int, dtype: torch.dtype, device, seed: int):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, generator=gen).to(dtype=dtype, device=device)
     y = torch.randn(n, generator=gen).to(dtype=dtype, device=device)
     alpha = float(torch.empty(()).uniform_(-2, 2, generator=gen))
     return x, y, alpha
-
-
-# Elements of NaN after `out`: an unmasked store of up to one block past the end lands here, where the
-# check sees it, instead of in memory that is not ours (a crash, or silent corruption on a GPU).
-GUARD_ELEMENTS = 4096
 
 
 def _check_one(scaled_add, n: int, dtype: torch.dtype, device, seed: int) -> None:
@@ -107,10 +98,7 @@ def _check_memory(scaled_add, n: int, dtype: torch.dtype, device, meter=None) ->
     if report.meter != LIVE_TENSORS:  # only the live-tensor meter records the ops the call dispatched
         _, report = measure_peak(lambda: call_learner(scaled_add, x, y, alpha, what=what), device=device,
                                  meter=LIVE_TENSORS, warmup=False)
-    torch_ops = sorted(set(report.ops) & TORCH_ARITHMETIC)
-    if torch_ops:
-        raise CheckFailed(f"{what}: PyTorch did arithmetic ({', '.join(torch_ops)}): the sum must be computed "
-                          "by your Triton kernel")
+    expect_no_torch_arithmetic(report.ops, what, "the sum must be computed by your Triton kernel")
 
 
 def check_scaled_add_memory(scaled_add, cases: str = "visible") -> None:

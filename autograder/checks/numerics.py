@@ -51,3 +51,21 @@ def assert_close_by_rule(got: torch.Tensor, exact: torch.Tensor, torch_same_dtyp
             f"{what}: max |error| {err[worst].item():.3g} at index {worst} (expected {exact64[worst].item():.6g}, "
             f"got {got64[worst].item():.6g}) exceeds the tolerance {tol:.3g} = 2 x PyTorch's "
             f"{_dtype_name(got.dtype)} error {torch_err:.3g} + floor {floor:.3g}")
+
+
+# Elements of NaN after an `out` a check passes: an unmasked store of up to one block past the end lands
+# here, where the check sees it, instead of in memory that is not ours (a crash, or silent corruption).
+GUARD_ELEMENTS = 4096
+
+# Arithmetic a Triton kernel should do itself: seeing one of these ops means PyTorch did the work.
+TORCH_ARITHMETIC = frozenset({
+    "aten.add", "aten.add_", "aten.add_out", "aten.sub", "aten.rsub", "aten.mul", "aten.mul_", "aten.mul_out",
+    "aten.div", "aten.addcmul", "aten.lerp", "aten.where", "aten.mm", "aten.addmm", "aten.pow", "aten.pow_",
+    "aten.square", "aten.rsqrt", "aten.sigmoid", "aten.silu", "aten.mean", "aten.exp"})
+
+
+def expect_no_torch_arithmetic(ops, what: str, hint: str = "the math belongs in your kernel") -> None:
+    """ops: the op counts the live-tensor meter recorded while the learner's function ran."""
+    used = sorted(set(ops) & TORCH_ARITHMETIC)
+    if used:
+        raise CheckFailed(f"{what}: PyTorch did arithmetic ({', '.join(used)}): {hint}")

@@ -13,7 +13,7 @@ import random
 
 import torch
 
-from autograder.checks import Check, CheckFailed, LearnerCodeError, call_learner, check_cases
+from autograder.checks import Check, CheckFailed, LearnerCodeError, call_learner, check_cases, expect_value_error
 
 TINY = "tiny"
 OPT_ARGS = dict(lr=1e-2, eps=1e-3, weight_decay=0.1)  # eps large enough that forgetting to divide by N shows
@@ -23,18 +23,6 @@ REL_TOL = 1e-6  # the issue's bound when the reduction order differs from the re
 def _ref():
     import memfit.from_lessons.zero as ref
     return ref
-
-
-def _expect_value_error(fn, args: tuple, what: str) -> None:
-    try:
-        fn(*args)
-    except ValueError:
-        return
-    except NotImplementedError:
-        call_learner(fn, *args)  # reports the stub
-    except Exception as exc:
-        raise CheckFailed(f"{what} raised {type(exc).__name__}: raise ValueError naming the bad argument") from None
-    raise CheckFailed(f"{what} returned a value: raise ValueError for it")
 
 
 # ------------------------------------------------------------------------------------ shard_bounds
@@ -57,11 +45,11 @@ def check_shard_bounds(shard_bounds, cases: str = "visible") -> None:
                     f"ceil({numel}/{n}) = {size} elements and they follow each other (shard lengths you gave: "
                     f"{lengths[:8]}{'...' if n > 8 else ''}; together they must cover all {numel} elements)")
     if hidden or visible:
-        _expect_value_error(shard_bounds, (10, 0, 0), "shard_bounds(10, world_size=0, rank=0)")
-        _expect_value_error(shard_bounds, (10, 4, 4), "shard_bounds(10, world_size=4, rank=4)")
+        expect_value_error(shard_bounds, 10, 0, 0, what="shard_bounds(10, world_size=0, rank=0)")
+        expect_value_error(shard_bounds, 10, 4, 4, what="shard_bounds(10, world_size=4, rank=4)")
     if hidden:
-        _expect_value_error(shard_bounds, (10, 4, -1), "shard_bounds(10, world_size=4, rank=-1)")
-        _expect_value_error(shard_bounds, (-1, 4, 0), "shard_bounds(numel=-1, 4, 0)")
+        expect_value_error(shard_bounds, 10, 4, -1, what="shard_bounds(10, world_size=4, rank=-1)")
+        expect_value_error(shard_bounds, -1, 4, 0, what="shard_bounds(numel=-1, 4, 0)")
 
 
 # --------------------------------------------------------------------------------------- ZeroAdamW
@@ -124,9 +112,8 @@ def check_zero_adamw(ZeroAdamW, cases: str = "visible") -> None:
             raise CheckFailed(f"stage {stage}, {n} ranks: a step sent {sent:,} bytes per rank through collectives "
                               f"({kinds}); expected {want_sent:,}: {_stage_hint(stage)}")
     if visible or hidden:
-        from memfit.zero import SimComm, _Rendezvous
-        comm = SimComm(0, 1, _Rendezvous(1, 5))
-        _expect_value_error(lambda: ZeroAdamW(torch.zeros(8), comm, 4), (), "ZeroAdamW(params, comm, stage=4)")
+        from memfit.zero import single_rank
+        expect_value_error(ZeroAdamW, torch.zeros(8), single_rank(), 4, what="ZeroAdamW(params, comm, stage=4)")
 
 
 # ----------------------------------------------------------------------------- memory of ZeroAdamW
@@ -194,7 +181,7 @@ def check_zero_bytes_per_rank(zero_bytes_per_rank, cases: str = "visible") -> No
                 raise CheckFailed(f"{what}[{key!r}]: expected {want[key]:,} bytes, got {have!r} (shards are "
                                   f"ceil(numel / world_size) elements; a full buffer is world_size shards, padding "
                                   "included)")
-    _expect_value_error(zero_bytes_per_rank, (4, 100, 2), "zero_bytes_per_rank(stage=4, ...)")
+    expect_value_error(zero_bytes_per_rank, 4, 100, 2, what="zero_bytes_per_rank(stage=4, ...)")
 
 
 # ----------------------------------------------------------------------------- comm_bytes_per_rank
@@ -228,12 +215,12 @@ def check_zero_on_gloo(ZeroAdamW, zero_bytes_per_rank, cases: str = "visible") -
     """The learner's optimizer on two gloo processes: weights equal to the reference, memory as predicted."""
     from memfit.dist import DistributedFailure
     from memfit.gpt import COURSE_CONFIGS
-    from memfit.zero import FlatModel, run_distributed
+    from memfit.zero import FlatModel, run_distributed, single_rank
     visible, hidden = check_cases(cases)
     numel = FlatModel.of(COURSE_CONFIGS[TINY]).numel
     plan = ([1, 3] if visible else []) + ([0, 2] if hidden else [])
     for stage in plan:
-        call_learner(ZeroAdamW, FlatModel.of(COURSE_CONFIGS[TINY]).initial(), _SoloComm(), stage)  # a stub fails here
+        call_learner(ZeroAdamW, FlatModel.of(COURSE_CONFIGS[TINY]).initial(), single_rank(), stage)  # a stub fails here
         try:
             ranks = run_distributed(ZeroAdamW, 2, stage, opt_args=OPT_ARGS, timeout_s=90)
         except DistributedFailure as exc:
@@ -251,15 +238,6 @@ def check_zero_on_gloo(ZeroAdamW, zero_bytes_per_rank, cases: str = "visible") -
         if want != truth:
             raise CheckFailed(f"stage {stage} on 2 gloo processes: each rank measured {truth:,} bytes at rest, your "
                               f"zero_bytes_per_rank predicts {want:,}")
-
-
-class _SoloComm:
-    """A world of one rank, for calling the learner's constructor once before the processes start."""
-    rank, world_size, sent_bytes = 0, 1, 0
-
-    def all_reduce(self, t): pass
-    def reduce_scatter(self, out, full): out.copy_(full)
-    def all_gather(self, out, shard): out.copy_(shard)
 
 
 # ------------------------------------------------------------------------- deepspeed_zero3_estimate
@@ -297,8 +275,8 @@ def check_deepspeed_estimate(estimate, cases: str = "visible") -> None:
                         if tuple(got) != want:
                             raise CheckFailed(f"deepspeed_zero3_estimate({total:,}, {largest:,}, {kwargs}): expected "
                                               f"(cpu, gpu) = {want}, got {tuple(got)}")
-        _expect_value_error(lambda: estimate(1000, 10, offload_optimizer=False, offload_params=True), (),
-                            "deepspeed_zero3_estimate(offload_optimizer=False, offload_params=True)")
+        expect_value_error(lambda: estimate(1000, 10, offload_optimizer=False, offload_params=True),
+                           what="deepspeed_zero3_estimate(offload_optimizer=False, offload_params=True)")
 
 
 # ------------------------------------------------------------------------------- prefetch_timeline
@@ -335,8 +313,8 @@ def check_prefetch_timeline(prefetch_timeline, cases: str = "visible") -> None:
                                                  and math.isclose(have, value, rel_tol=1e-9, abs_tol=1e-9))
             if not same:
                 raise CheckFailed(f"{what}[{key!r}]: expected {_short(value)}, got {_short(have)}")
-    _expect_value_error(prefetch_timeline, ([1.0], [1.0, 2.0], [1], 1), "prefetch_timeline with lists of "
-                                                                         "different lengths")
+    expect_value_error(prefetch_timeline, [1.0], [1.0, 2.0], [1], 1,
+                       what="prefetch_timeline with lists of different lengths")
 
 
 def _short(x):
