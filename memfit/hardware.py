@@ -131,6 +131,49 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
         "cpu": dict(BLOCK=16384, num_warps=16),
         "gpu": dict(BLOCK=16384, num_warps=16),
     },
+    # Lesson 05. FlashAttention tiles, per head-dimension class: "d64" for head dims up to 64, "d128" up to 128
+    # (the tile is padded to a power of two). BLOCK_M: queries per tile, BLOCK_N: keys per tile. The loops need
+    # the bigger of the two to be a multiple of the smaller (forward and dQ: BLOCK_M % BLOCK_N == 0; dK/dV:
+    # BLOCK_N % BLOCK_M == 0). cpu: small unequal tiles, so the checks' short sequences cross every kind of
+    # tile (full, ragged, diagonal). t4/v100: sized so fp32 fits 64 and 96 KiB of shared memory (both lack the
+    # asynchronous copies that make more pipeline stages pay). h100: the best of benchmarks/flash_attention.py's
+    # sweep in bf16 (fp32 fits too). gpu: any other card (A100, consumer cards of about 100 KiB).
+    "flash_forward": {
+        "cpu": dict(d64=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1),
+                    d128=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)),
+        "t4": dict(d64=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1),
+                   d128=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1)),
+        "v100": dict(d64=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1),
+                     d128=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1)),
+        "h100": dict(d64=dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
+                     d128=dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)),
+        "gpu": dict(d64=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
+                    d128=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)),
+    },
+    "flash_dkdv": {
+        "cpu": dict(d64=dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1),
+                    d128=dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1)),
+        "t4": dict(d64=dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=1),
+                   d128=dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1)),
+        "v100": dict(d64=dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=1),
+                     d128=dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1)),
+        "h100": dict(d64=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
+                     d128=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)),
+        "gpu": dict(d64=dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=2),
+                    d128=dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=2)),
+    },
+    "flash_dq": {
+        "cpu": dict(d64=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1),
+                    d128=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)),
+        "t4": dict(d64=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1),
+                   d128=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)),
+        "v100": dict(d64=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1),
+                     d128=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)),
+        "h100": dict(d64=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
+                     d128=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)),
+        "gpu": dict(d64=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2),
+                    d128=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=2)),
+    },
 }
 
 PROBLEM_SIZES: dict[str, dict[str, dict]] = {
@@ -142,6 +185,14 @@ PROBLEM_SIZES: dict[str, dict[str, dict]] = {
     "training_step": {
         "cpu": dict(config="tiny", batch=4, seq=128),
         "gpu": dict(config="small", batch=4, seq=1024),
+    },
+    # Lesson 05: naive against flash attention as the sequence grows (batch 1, 16 heads of 64). Naive attention
+    # needs about 4.4 GB at N = 4096 in bf16 and 18.5 GB at 8192: the longest run only where it fits.
+    "attention_memory": {
+        "cpu": dict(heads=4, head_dim=32, seqs=(64, 128, 256, 512)),
+        "gpu": dict(heads=16, head_dim=64, seqs=(512, 1024, 2048, 4096)),
+        "a100": dict(heads=16, head_dim=64, seqs=(512, 1024, 2048, 4096, 8192)),
+        "h100": dict(heads=16, head_dim=64, seqs=(512, 1024, 2048, 4096, 8192)),
     },
 }
 

@@ -11,6 +11,8 @@ fails to compile or does not fit.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import functools
 import os
 import sys
 
@@ -38,7 +40,9 @@ def lessons_with_kernels():
 
 def compile_one(fn, spec, prof, dtype: str) -> int:
     cfg = config(spec.config, prof)
-    constexprs = {k: v for k, v in cfg.items() if k not in LAUNCH_OPTIONS}
+    if spec.variant:
+        cfg = cfg[spec.variant]
+    constexprs = {**spec.constexprs, **{k: v for k, v in cfg.items() if k not in LAUNCH_OPTIONS}}
     signature = {name: t.format(dtype=dtype) for name, t in spec.signature.items()}
     signature.update({name: "constexpr" for name in constexprs})
     options = {k: cfg[k] for k in LAUNCH_OPTIONS if k in cfg}
@@ -48,28 +52,41 @@ def compile_one(fn, spec, prof, dtype: str) -> int:
     return compiled.metadata.shared
 
 
+@functools.lru_cache(maxsize=None)
+def _solution(lesson: str):
+    return load_solution(lesson)
+
+
+def _compile_job(lesson: str, index: int, name: str, dtype: str) -> tuple[str, int | None, str]:
+    """(label, shared bytes or None, error): one kernel x profile x dtype, in a worker process."""
+    spec = dict(lessons_with_kernels())[lesson][index]
+    prof = profile_for(name)
+    variant = f" {spec.variant}" if spec.variant else ""
+    label = f"{lesson} {spec.kernel}{variant} [{dtype}] on {name} (sm_{prof.capability[0]}{prof.capability[1]})"
+    try:
+        return label, compile_one(getattr(_solution(lesson), spec.kernel), spec, prof, dtype), ""
+    except Exception as exc:  # noqa: BLE001
+        return label, None, f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", nargs="+", default=["t4", "v100"])
     args = parser.parse_args(argv)
+    jobs = [(lesson, i, name, dtype) for lesson, kernels in lessons_with_kernels() for i, spec in enumerate(kernels)
+            for name in args.profiles for dtype in spec.dtypes]
     failures = 0
-    for lesson, kernels in lessons_with_kernels():
-        solution = load_solution(lesson)
-        for spec in kernels:
-            for name in args.profiles:
-                prof = profile_for(name)
-                for dtype in spec.dtypes:
-                    label = f"{lesson} {spec.kernel} [{dtype}] on {name} (sm_{prof.capability[0]}{prof.capability[1]})"
-                    try:
-                        shared = compile_one(getattr(solution, spec.kernel), spec, prof, dtype)
-                    except Exception as exc:  # noqa: BLE001
-                        print(f"FAIL {label}: does not compile: {type(exc).__name__}: {str(exc)[:300]}")
-                        failures += 1
-                        continue
-                    fits = shared <= prof.shared_memory_per_block
-                    failures += not fits
-                    print(f"{'ok  ' if fits else 'FAIL'} {label}: {shared} bytes of shared memory, "
-                          f"limit {prof.shared_memory_per_block}")
+    # Compiling is CPU-bound (LLVM, ptxas): one worker per core, results printed in job order.
+    with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for label, shared, error in pool.map(_compile_job, *zip(*jobs)):
+            if shared is None:
+                print(f"FAIL {label}: does not compile: {error}")
+                failures += 1
+                continue
+            limit = profile_for(label.rsplit(" on ", 1)[1].split()[0]).shared_memory_per_block
+            fits = shared <= limit
+            failures += not fits
+            print(f"{'ok  ' if fits else 'FAIL'} {label}: {shared} bytes of shared memory, limit {limit}", flush=True)
     return 1 if failures else 0
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 CASES = ("visible", "hidden", "all")
@@ -64,6 +64,8 @@ class KernelSpec:
     config: str  # its key in memfit.hardware.KERNEL_CONFIGS
     signature: dict[str, str]  # argument -> Triton type; "{dtype}" is replaced per dtype
     dtypes: tuple[str, ...] = ("fp16", "fp32")
+    variant: str | None = None  # a config with variants (lesson 05: per head dim) compiles this one
+    constexprs: dict = field(default_factory=dict)  # fixed meta-parameters besides the config's (D, CAUSAL)
 
 
 def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):

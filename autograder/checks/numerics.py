@@ -7,6 +7,8 @@ with NaN before the call, so an element the code never wrote shows up).
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from autograder.checks import CheckFailed
@@ -61,7 +63,10 @@ GUARD_ELEMENTS = 4096
 TORCH_ARITHMETIC = frozenset({
     "aten.add", "aten.add_", "aten.add_out", "aten.sub", "aten.rsub", "aten.mul", "aten.mul_", "aten.mul_out",
     "aten.div", "aten.addcmul", "aten.lerp", "aten.where", "aten.mm", "aten.addmm", "aten.pow", "aten.pow_",
-    "aten.square", "aten.rsqrt", "aten.sigmoid", "aten.silu", "aten.mean", "aten.exp"})
+    "aten.square", "aten.rsqrt", "aten.sigmoid", "aten.silu", "aten.mean", "aten.exp", "aten.exp2", "aten.bmm",
+    "aten.baddbmm", "aten._softmax", "aten.logsumexp", "aten.amax",
+    "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_flash_attention_for_cpu",
+    "aten._scaled_dot_product_efficient_attention", "aten._scaled_dot_product_cudnn_attention"})
 
 
 def expect_no_torch_arithmetic(ops, what: str, hint: str = "the math belongs in your kernel") -> None:
@@ -69,3 +74,20 @@ def expect_no_torch_arithmetic(ops, what: str, hint: str = "the math belongs in 
     used = sorted(set(ops) & TORCH_ARITHMETIC)
     if used:
         raise CheckFailed(f"{what}: PyTorch did arithmetic ({', '.join(used)}): {hint}")
+
+
+@contextlib.contextmanager
+def poisoned_allocations():
+    """While active, torch.empty and torch.empty_like return floating-point tensors filled with NaN, on any
+    device (on a CPU fresh memory is often zero, which hides an element the kernel never wrote)."""
+    empty, empty_like = torch.empty, torch.empty_like
+
+    def poison(t: torch.Tensor) -> torch.Tensor:
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    torch.empty = lambda *args, **kwargs: poison(empty(*args, **kwargs))
+    torch.empty_like = lambda *args, **kwargs: poison(empty_like(*args, **kwargs))
+    try:
+        yield
+    finally:
+        torch.empty, torch.empty_like = empty, empty_like
