@@ -21,7 +21,7 @@ import torch
 import triton
 
 from autograder import ROOT, course_env, gradebook
-LESSON_BENCHMARKS = ["first_kernel", "activations", "kernel_fusion", "zero"]
+LESSON_BENCHMARKS = ["first_kernel", "activations", "kernel_fusion", "flash_attention", "zero"]
 
 
 def device_facts() -> dict:
@@ -37,17 +37,19 @@ def record_stem(out: Path, facts: dict, date: str, suffix: str = "") -> Path:
     return out / f"{slug}-{date}{suffix}"
 
 
-def record_one(name: str, multi_gpu: bool = False, note: str = "") -> Path:
+def record_one(name: str, multi_gpu: bool = False, note: str = "", run=None, part: str = "") -> Path:
     """One lesson's benchmark alone (python -m benchmarks.<name>): its .json and .md under benchmarks/results/,
-    named after the device (with the GPU count when the run spans several) and the lesson."""
+    named after the device (with the GPU count when the run spans several), the lesson and `part` if given.
+    run: what to measure instead of the module's run() (a part of it, such as a tile sweep)."""
     import importlib
     module = importlib.import_module(f"benchmarks.{name}")
     facts = device_facts()
     gpus = torch.cuda.device_count()
     date = datetime.date.today().isoformat()
-    result = dict(date=date, gpus=gpus, **facts, **{name: module.run()})
+    result = dict(date=date, gpus=gpus, **facts, **{name: (run or module.run)()})
     named = dict(facts, device=f"{facts['device']} x{gpus}") if multi_gpu else facts  # nvidia-h200-x2-...
-    stem = record_stem(ROOT / "benchmarks" / "results", named, date, f"-{name.replace('_', '-')}")
+    suffix = f"-{name.replace('_', '-')}" + (f"-{part}" if part else "")
+    stem = record_stem(ROOT / "benchmarks" / "results", named, date, suffix)
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     nccl = f", NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}" if multi_gpu else ""
     heading = f"{facts['device']} x {gpus}" if multi_gpu else f"{facts['device']} ({facts['capability']})"

@@ -66,14 +66,13 @@ def test_lessons_are_generated_from_solutions():
 
 def test_saved_library_code_is_the_reference_without_markers():
     from tools.make_lessons import library_path, saved_code
-    for lesson in ("01_model_states", "02_activations", "03_zero", "04_kernel_fusion"):
+    for lesson in ("01_model_states", "02_activations", "03_zero", "04_kernel_fusion", "05_flash_attention"):
         code = saved_code(lesson)
         assert code and "BEGIN SOLUTION" not in code and "#@save" not in code.splitlines()
         assert library_path(lesson).read_text() == code, f"{library_path(lesson)} is stale: run `make lessons`"
 
 
-@pytest.mark.parametrize("lesson", ["00_first_kernel", "01_model_states", "02_activations", "03_zero",
-                                    "04_kernel_fusion"])
+@pytest.mark.parametrize("lesson", [p.stem for p in SOLUTIONS])
 def test_solution_runs_top_to_bottom(lesson):
     """Every cell, demos included, runs without Jupyter. (Its time is reported, not asserted: the budget of
     3 minutes on a 2-core CPU and 1 minute on a GPU is recorded with the benchmarks.)"""
