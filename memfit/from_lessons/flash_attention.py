@@ -106,15 +106,15 @@ def block_d(head_dim: int) -> int:
 
 @triton.jit
 def _attend(acc, l_i, m_i, q, k_head, v_head, rows, lo, hi, n, qk_scale,
-            MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+            MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, d,
             BLOCK_D: tl.constexpr):
     """Fold key blocks [lo, hi) into one query block's running (acc, l, m). MASKED: the range holds the ragged
     last block or the causal diagonal, so keys at or past n, and keys after their query, are masked."""
     cols = tl.arange(0, BLOCK_D)
-    d_ok = cols[None, :] < D  # all true when D == BLOCK_D: the compiler drops it
+    d_ok = cols[None, :] < d
     for start_n in range(lo, hi, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
-        tile = keys[:, None] * D + cols[None, :]
+        tile = keys[:, None] * d + cols[None, :]
         if MASKED:
             load_ok = (keys[:, None] < n) & d_ok
         else:
@@ -137,32 +137,32 @@ def _attend(acc, l_i, m_i, q, k_head, v_head, rows, lo, hi, n, qk_scale,
 
 
 @triton.jit
-def flash_forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n, qk_scale,
-                         CAUSAL: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def flash_forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n, d, qk_scale,
+                         CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_D: tl.constexpr):
     """Program (i, bh): query block num_programs(0) - 1 - i of head bh; writes its rows of o and lse."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
-    head = bh.to(tl.int64) * n * D  # int64: B*H*N*d passes 2**31 at long context
+    head = bh.to(tl.int64) * n * d  # int64: B*H*N*d passes 2**31 at long context
     rows = start_m + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_D)
-    tile = rows[:, None] * D + cols[None, :]
-    io_ok = (rows[:, None] < n) & (cols[None, :] < D)
+    tile = rows[:, None] * d + cols[None, :]
+    io_ok = (rows[:, None] < n) & (cols[None, :] < d)
     q = tl.load(q_ptr + head + tile, mask=io_ok, other=0.0)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     if CAUSAL:  # below the diagonal unmasked, then the diagonal block (masked; it may also be ragged)
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptr + head, v_ptr + head, rows, 0, start_m, n, qk_scale,
-                                False, CAUSAL, BLOCK_N, D, BLOCK_D)
+                                False, CAUSAL, BLOCK_N, d, BLOCK_D)
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptr + head, v_ptr + head, rows, start_m,
-                                tl.minimum(start_m + BLOCK_M, n), n, qk_scale, True, CAUSAL, BLOCK_N, D, BLOCK_D)
+                                tl.minimum(start_m + BLOCK_M, n), n, qk_scale, True, CAUSAL, BLOCK_N, d, BLOCK_D)
     else:  # the full key blocks unmasked, then the ragged last one (if any) masked
         full = (n // BLOCK_N) * BLOCK_N
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptr + head, v_ptr + head, rows, 0, full, n, qk_scale,
-                                False, CAUSAL, BLOCK_N, D, BLOCK_D)
+                                False, CAUSAL, BLOCK_N, d, BLOCK_D)
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptr + head, v_ptr + head, rows, full, n, n, qk_scale,
-                                True, CAUSAL, BLOCK_N, D, BLOCK_D)
+                                True, CAUSAL, BLOCK_N, d, BLOCK_D)
     tl.store(o_ptr + head + tile, (acc / l_i[:, None]).to(o_ptr.dtype.element_ty), mask=io_ok)
     tl.store(lse_ptr + bh.to(tl.int64) * n + rows, (m_i + tl.log2(l_i)) * 0.6931471805599453, mask=rows < n)
 
@@ -178,20 +178,20 @@ def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
         return o, lse
     tiles, launch = flash_config("flash_forward", d)
     grid = (triton.cdiv(n, tiles["BLOCK_M"]), b * h)
-    flash_forward_kernel[grid](q, k, v, o, lse, n, LOG2E / math.sqrt(d), CAUSAL=causal, D=d,
+    flash_forward_kernel[grid](q, k, v, o, lse, n, d, LOG2E / math.sqrt(d), CAUSAL=causal,
                                BLOCK_D=block_d(d), **tiles, **launch)
     return o, lse
 
 
 @triton.jit
-def flash_delta_kernel(o_ptr, do_ptr, delta_ptr, n, D: tl.constexpr, BLOCK_M: tl.constexpr,
+def flash_delta_kernel(o_ptr, do_ptr, delta_ptr, n, d, BLOCK_M: tl.constexpr,
                        BLOCK_D: tl.constexpr):
     """delta[row] = sum over the head dim of o * do, in fp32."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     bh = tl.program_id(1)
     cols = tl.arange(0, BLOCK_D)
-    tile = bh.to(tl.int64) * n * D + rows[:, None] * D + cols[None, :]
-    ok = (rows[:, None] < n) & (cols[None, :] < D)
+    tile = bh.to(tl.int64) * n * d + rows[:, None] * d + cols[None, :]
+    ok = (rows[:, None] < n) & (cols[None, :] < d)
     o = tl.load(o_ptr + tile, mask=ok, other=0.0).to(tl.float32)
     do = tl.load(do_ptr + tile, mask=ok, other=0.0).to(tl.float32)
     tl.store(delta_ptr + bh.to(tl.int64) * n + rows, tl.sum(o * do, 1), mask=rows < n)
@@ -199,14 +199,14 @@ def flash_delta_kernel(o_ptr, do_ptr, delta_ptr, n, D: tl.constexpr, BLOCK_M: tl
 
 @triton.jit
 def _dkdv_from(dk, dv, k, v, keys, q_head, do_head, lse_head, delta_head, lo, hi, n, sm_scale,
-               MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, D: tl.constexpr,
+               MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, d,
                BLOCK_D: tl.constexpr):
     """Add query blocks [lo, hi) to one key block's dK (before its scale) and dV."""
     cols = tl.arange(0, BLOCK_D)
-    d_ok = cols[None, :] < D
+    d_ok = cols[None, :] < d
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
-        tile = rows[:, None] * D + cols[None, :]
+        tile = rows[:, None] * d + cols[None, :]
         if MASKED:  # queries past n load as zeros: their dO is 0, so they add nothing to dV and dK
             load_ok = (rows[:, None] < n) & d_ok
             lse = tl.load(lse_head + rows, mask=rows < n, other=0.0)
@@ -233,18 +233,18 @@ def _dkdv_from(dk, dv, k, v, keys, q_head, do_head, lse_head, delta_head, lo, hi
 
 
 @triton.jit
-def flash_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n, sm_scale,
-                      CAUSAL: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def flash_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n, d, sm_scale,
+                      CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_D: tl.constexpr):
     """Program (j, bh): dK and dV of key block j of head bh."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
-    head = bh.to(tl.int64) * n * D
+    head = bh.to(tl.int64) * n * d
     stats = bh.to(tl.int64) * n
     keys = start_n + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_D)
-    tile = keys[:, None] * D + cols[None, :]
-    io_ok = (keys[:, None] < n) & (cols[None, :] < D)
+    tile = keys[:, None] * d + cols[None, :]
+    io_ok = (keys[:, None] < n) & (cols[None, :] < d)
     k = tl.load(k_ptr + head + tile, mask=io_ok, other=0.0)
     v = tl.load(v_ptr + head + tile, mask=io_ok, other=0.0)
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
@@ -254,29 +254,29 @@ def flash_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, d
     if CAUSAL:  # the diagonal (masked), then the query blocks below it (unmasked), then the ragged tail
         below = start_n + BLOCK_N
         dk, dv = _dkdv_from(dk, dv, k, v, keys, q_ptr + head, do_ptr + head, lse_ptr + stats, delta_ptr + stats,
-                            start_n, below, n, sm_scale, True, CAUSAL, BLOCK_M, D, BLOCK_D)
+                            start_n, below, n, sm_scale, True, CAUSAL, BLOCK_M, d, BLOCK_D)
         dk, dv = _dkdv_from(dk, dv, k, v, keys, q_ptr + head, do_ptr + head, lse_ptr + stats, delta_ptr + stats,
-                            below, full, n, sm_scale, False, CAUSAL, BLOCK_M, D, BLOCK_D)
+                            below, full, n, sm_scale, False, CAUSAL, BLOCK_M, d, BLOCK_D)
         tail = tl.maximum(full, below)
     else:
         dk, dv = _dkdv_from(dk, dv, k, v, keys, q_ptr + head, do_ptr + head, lse_ptr + stats, delta_ptr + stats,
-                            0, full, n, sm_scale, False, CAUSAL, BLOCK_M, D, BLOCK_D)
+                            0, full, n, sm_scale, False, CAUSAL, BLOCK_M, d, BLOCK_D)
     dk, dv = _dkdv_from(dk, dv, k, v, keys, q_ptr + head, do_ptr + head, lse_ptr + stats, delta_ptr + stats,
-                        tail, n, n, sm_scale, True, CAUSAL, BLOCK_M, D, BLOCK_D)
+                        tail, n, n, sm_scale, True, CAUSAL, BLOCK_M, d, BLOCK_D)
     tl.store(dk_ptr + head + tile, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=io_ok)
     tl.store(dv_ptr + head + tile, dv.to(dv_ptr.dtype.element_ty), mask=io_ok)
 
 
 @triton.jit
 def _dq_from(dq, q, do, lse, delta, rows, k_head, v_head, lo, hi, n, sm_scale,
-             MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+             MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, d,
              BLOCK_D: tl.constexpr):
     """Add key blocks [lo, hi) to one query block's dQ (before its scale)."""
     cols = tl.arange(0, BLOCK_D)
-    d_ok = cols[None, :] < D
+    d_ok = cols[None, :] < d
     for start_n in range(lo, hi, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
-        tile = keys[:, None] * D + cols[None, :]
+        tile = keys[:, None] * d + cols[None, :]
         if MASKED:
             load_ok = (keys[:, None] < n) & d_ok
         else:
@@ -296,18 +296,18 @@ def _dq_from(dq, q, do, lse, delta, rows, k_head, v_head, lo, hi, n, sm_scale,
 
 
 @triton.jit
-def flash_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, n, sm_scale,
-                    CAUSAL: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def flash_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, n, d, sm_scale,
+                    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_D: tl.constexpr):
     """Program (i, bh): dQ of query block num_programs(0) - 1 - i of head bh."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
-    head = bh.to(tl.int64) * n * D
+    head = bh.to(tl.int64) * n * d
     stats = bh.to(tl.int64) * n
     rows = start_m + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_D)
-    tile = rows[:, None] * D + cols[None, :]
-    io_ok = (rows[:, None] < n) & (cols[None, :] < D)
+    tile = rows[:, None] * d + cols[None, :]
+    io_ok = (rows[:, None] < n) & (cols[None, :] < d)
     q = tl.load(q_ptr + head + tile, mask=io_ok, other=0.0)
     do = tl.load(do_ptr + head + tile, mask=io_ok, other=0.0)
     lse = tl.load(lse_ptr + stats + rows, mask=rows < n, other=0.0)
@@ -315,15 +315,15 @@ def flash_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, n, 
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     if CAUSAL:
         dq = _dq_from(dq, q, do, lse, delta, rows, k_ptr + head, v_ptr + head, 0, start_m, n, sm_scale,
-                      False, CAUSAL, BLOCK_N, D, BLOCK_D)
+                      False, CAUSAL, BLOCK_N, d, BLOCK_D)
         dq = _dq_from(dq, q, do, lse, delta, rows, k_ptr + head, v_ptr + head, start_m,
-                      tl.minimum(start_m + BLOCK_M, n), n, sm_scale, True, CAUSAL, BLOCK_N, D, BLOCK_D)
+                      tl.minimum(start_m + BLOCK_M, n), n, sm_scale, True, CAUSAL, BLOCK_N, d, BLOCK_D)
     else:
         full = (n // BLOCK_N) * BLOCK_N
         dq = _dq_from(dq, q, do, lse, delta, rows, k_ptr + head, v_ptr + head, 0, full, n, sm_scale,
-                      False, CAUSAL, BLOCK_N, D, BLOCK_D)
+                      False, CAUSAL, BLOCK_N, d, BLOCK_D)
         dq = _dq_from(dq, q, do, lse, delta, rows, k_ptr + head, v_ptr + head, full, n, n, sm_scale,
-                      True, CAUSAL, BLOCK_N, D, BLOCK_D)
+                      True, CAUSAL, BLOCK_N, d, BLOCK_D)
     tl.store(dq_ptr + head + tile, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=io_ok)
 
 
@@ -338,14 +338,14 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False):
     if n == 0:
         return dq, dk, dv
     delta = torch.empty(b, h, n, dtype=torch.float32, device=q.device)
-    flash_delta_kernel[(triton.cdiv(n, 64), b * h)](o, do, delta, n, D=d, BLOCK_M=64, BLOCK_D=block_d(d))
+    flash_delta_kernel[(triton.cdiv(n, 64), b * h)](o, do, delta, n, d, BLOCK_M=64, BLOCK_D=block_d(d))
     scale = 1 / math.sqrt(d)
     tiles, launch = flash_config("flash_dkdv", d)
     flash_dkdv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), b * h)](
-        q, k, v, do, lse, delta, dk, dv, n, scale, CAUSAL=causal, D=d, BLOCK_D=block_d(d), **tiles, **launch)
+        q, k, v, do, lse, delta, dk, dv, n, d, scale, CAUSAL=causal, BLOCK_D=block_d(d), **tiles, **launch)
     tiles, launch = flash_config("flash_dq", d)
     flash_dq_kernel[(triton.cdiv(n, tiles["BLOCK_M"]), b * h)](
-        q, k, v, do, lse, delta, dq, n, scale, CAUSAL=causal, D=d, BLOCK_D=block_d(d), **tiles, **launch)
+        q, k, v, do, lse, delta, dq, n, d, scale, CAUSAL=causal, BLOCK_D=block_d(d), **tiles, **launch)
     return dq, dk, dv
 
 
