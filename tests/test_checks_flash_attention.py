@@ -84,6 +84,7 @@ def test_flash_attention_mutants_fail(wrong, message):
 
 @pytest.mark.parametrize("check, right", [
     (checks.check_online_softmax, mutants.softmax_stats_cat),
+    (checks.check_online_softmax, mutants.softmax_stats_cat_shifted_logsumexp),
     (checks.check_attention_tiled, mutants.tiled_visits_every_block),
     (checks.check_flash_forward, mutants.forward_other_tiles),
     (checks.check_flash_forward_memory, mutants.forward_other_tiles),
@@ -91,7 +92,7 @@ def test_flash_attention_mutants_fail(wrong, message):
     (checks.check_flash_attention_memory, mutants.attention_other_tiles),
 ], ids=lambda x: x.__name__)
 def test_right_alternatives_pass(check, right):
-    check(right)
+    check(right, cases="all")
 
 
 def test_stubs_are_reported_not_implemented():

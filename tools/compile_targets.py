@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import functools
+import multiprocessing
 import os
 import sys
 
@@ -77,7 +78,9 @@ def main(argv=None) -> int:
             for name in args.profiles for dtype in spec.dtypes]
     failures = 0
     # Compiling is CPU-bound (LLVM, ptxas): one worker per core, results printed in job order.
-    with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+    # Spawned, not forked: loading a solution notebook on a GPU machine initialises CUDA, which a fork cannot.
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=spawn) as pool:
         for label, shared, error in pool.map(_compile_job, *zip(*jobs)):
             if shared is None:
                 print(f"FAIL {label}: does not compile: {error}")

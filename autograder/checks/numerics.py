@@ -39,7 +39,8 @@ def assert_close_by_rule(got: torch.Tensor, exact: torch.Tensor, torch_same_dtyp
     if unwritten.any():
         first = int(unwritten.nonzero()[0])
         raise CheckFailed(f"{what}: {int(unwritten.sum())} of {got64.numel()} output elements are NaN, "
-                          f"first at index {first}: they were never written (check your mask and grid)")
+                          f"first at index {first}: they were never written (check your mask and grid) or computed as NaN "
+                          "(an exp that overflowed, -inf minus -inf)")
     if got64.numel() == 0:
         return
     torch_err = (torch_same_dtype.detach().to(torch.float64).flatten() - exact64).abs().max().item()

@@ -1,13 +1,11 @@
 """Known-wrong (and known-right alternative) implementations of lesson 05's exercises."""
 import math
 
+import memfit.from_lessons.flash_attention as ref  # first: memfit selects Triton's interpreter before triton loads
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-
-import memfit  # noqa: F401  (before triton's kernels: selects the interpreter on a machine without a GPU)
-import memfit.from_lessons.flash_attention as ref
 
 _attend = ref._attend  # the reference's inner loop, called from the forward kernel copy below
 
@@ -44,10 +42,16 @@ def softmax_stats_nan_on_inf_prefix(blocks):  # no guard: exp(-inf - -inf) is Na
     return m, l
 
 
-def softmax_stats_cat_logsumexp(blocks):  # l = exp(logsumexp - m): rounds logsumexp (near 500) before subtracting
+def softmax_stats_cat_logsumexp(blocks):  # exp(logsumexp(x) - m): rounded at m's scale, l's error grows with |m|
     x = torch.cat([block.float() for block in blocks], dim=1)
     m = x.amax(dim=1)
     return m, torch.exp(torch.logsumexp(x, dim=1) - torch.where(m == float("-inf"), 0.0, m))
+
+
+def softmax_stats_cat_shifted_logsumexp(blocks):  # right: logsumexp of x - m, whose result is small, then exp
+    x = torch.cat([block.float() for block in blocks], dim=1)
+    m = x.amax(dim=1)
+    return m, torch.exp(torch.logsumexp(x - torch.where(m == float("-inf"), 0.0, m)[:, None], dim=1))
 
 
 def softmax_stats_cat(blocks):  # right: reads the one pass into memory, then the two-pass formula
@@ -116,34 +120,34 @@ def tiled_visits_every_block(q, k, v, causal=False, block_m=64, block_n=64):  # 
 
 # ------------------------------------------------------------------------------------- Triton forward
 @triton.jit
-def _forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n, qk_scale,
-                    CAUSAL: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_D: tl.constexpr, LSE_LOG2: tl.constexpr, DIAGONAL_CAUSAL: tl.constexpr):
+def _forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n, d, qk_scale,
+                    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                    LSE_LOG2: tl.constexpr, DIAGONAL_CAUSAL: tl.constexpr):
     """ref.flash_forward_kernel with knobs: LSE_LOG2 stores m + log2(l) without the * ln2; DIAGONAL_CAUSAL=False
     masks the diagonal block for keys past n only, not for keys after their query."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
-    head = bh.to(tl.int64) * n * D
+    head = bh.to(tl.int64) * n * d
     rows = start_m + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_D)
-    tile = rows[:, None] * D + cols[None, :]
-    io_ok = (rows[:, None] < n) & (cols[None, :] < D)
+    tile = rows[:, None] * d + cols[None, :]
+    io_ok = (rows[:, None] < n) & (cols[None, :] < d)
     q = tl.load(q_ptr + head + tile, mask=io_ok, other=0.0)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     if CAUSAL:
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptr + head, v_ptr + head, rows, 0, start_m, n, qk_scale,
-                                False, CAUSAL, BLOCK_N, D, BLOCK_D)
+                                False, CAUSAL, BLOCK_N, d, BLOCK_D)
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptr + head, v_ptr + head, rows, start_m,
-                                tl.minimum(start_m + BLOCK_M, n), n, qk_scale, True, DIAGONAL_CAUSAL, BLOCK_N, D,
+                                tl.minimum(start_m + BLOCK_M, n), n, qk_scale, True, DIAGONAL_CAUSAL, BLOCK_N, d,
                                 BLOCK_D)
     else:
         full = (n // BLOCK_N) * BLOCK_N
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptr + head, v_ptr + head, rows, 0, full, n, qk_scale,
-                                False, CAUSAL, BLOCK_N, D, BLOCK_D)
+                                False, CAUSAL, BLOCK_N, d, BLOCK_D)
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptr + head, v_ptr + head, rows, full, n, n, qk_scale,
-                                True, CAUSAL, BLOCK_N, D, BLOCK_D)
+                                True, CAUSAL, BLOCK_N, d, BLOCK_D)
     tl.store(o_ptr + head + tile, (acc / l_i[:, None]).to(o_ptr.dtype.element_ty), mask=io_ok)
     lse = m_i + tl.log2(l_i)
     if not LSE_LOG2:
@@ -160,7 +164,7 @@ def _forward(q, k, v, causal, grid_rows=triton.cdiv, tiles=None, lse_log2=False,
     default_tiles, launch = ref.flash_config("flash_forward", d)
     tiles = tiles or default_tiles
     _forward_kernel[(grid_rows(n, tiles["BLOCK_M"]), b * h)](
-        q, k, v, o, lse, n, ref.LOG2E / math.sqrt(d), CAUSAL=causal, D=d, BLOCK_D=ref.block_d(d),
+        q, k, v, o, lse, n, d, ref.LOG2E / math.sqrt(d), CAUSAL=causal, BLOCK_D=ref.block_d(d),
         LSE_LOG2=lse_log2, DIAGONAL_CAUSAL=diagonal_causal, **tiles, **launch)
     return o, lse
 
@@ -189,10 +193,6 @@ def forward_with_torch(q, k, v, causal=False):  # right numbers, but PyTorch's a
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal), torch.logsumexp(s, dim=-1).float()
 
 
-def forward_tiles_not_nested(q, k, v, causal=False):  # BLOCK_M=16 < BLOCK_N=32: a block below the diagonal
-    return _forward(q, k, v, causal, tiles={"BLOCK_M": 16, "BLOCK_N": 32})  # reaches past it, unmasked
-
-
 def forward_other_tiles(q, k, v, causal=False):  # right: other tile sizes (BLOCK_N still divides BLOCK_M)
     return _forward(q, k, v, causal, tiles={"BLOCK_M": 64, "BLOCK_N": 32})
 
@@ -207,17 +207,17 @@ def _backward(do, q, k, v, o, lse, causal, delta=None, dq_rows=triton.cdiv, dkdv
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if delta is None:
         delta = torch.empty(b, h, n, dtype=torch.float32, device=q.device)
-        ref.flash_delta_kernel[(triton.cdiv(n, delta_block), b * h)](o, do, delta, n, D=d, BLOCK_M=delta_block,
+        ref.flash_delta_kernel[(triton.cdiv(n, delta_block), b * h)](o, do, delta, n, d, BLOCK_M=delta_block,
                                                                      BLOCK_D=ref.block_d(d))
     tiles, launch = ref.flash_config("flash_dkdv", d)
     tiles = dkdv_tiles or tiles
     ref.flash_dkdv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), b * h)](
-        q, k, v, do, lse, delta, dk, dv, n, 1 / math.sqrt(d), CAUSAL=causal, D=d, BLOCK_D=ref.block_d(d), **tiles,
+        q, k, v, do, lse, delta, dk, dv, n, d, 1 / math.sqrt(d), CAUSAL=causal, BLOCK_D=ref.block_d(d), **tiles,
         **launch)
     tiles, launch = ref.flash_config("flash_dq", d)
     tiles = dq_tiles or tiles
     ref.flash_dq_kernel[(dq_rows(n, tiles["BLOCK_M"]), b * h)](
-        q, k, v, do, lse, delta, dq, n, 1 / math.sqrt(d), CAUSAL=causal, D=d, BLOCK_D=ref.block_d(d), **tiles,
+        q, k, v, do, lse, delta, dq, n, d, 1 / math.sqrt(d), CAUSAL=causal, BLOCK_D=ref.block_d(d), **tiles,
         **launch)
     return dq, dk, dv
 
