@@ -143,7 +143,7 @@ def _attend(acc, l_i, m_i, q, k_head, v_head, rows, lo, hi, n, qk_scale,
     return acc, l_i, m_i
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n"])  # one compiled kernel for every sequence length
 def flash_forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n, d, qk_scale,
                          CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_D: tl.constexpr):
@@ -190,7 +190,7 @@ def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
     return o, lse
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n"])  # one compiled kernel for every sequence length
 def flash_delta_kernel(o_ptr, do_ptr, delta_ptr, n, d, BLOCK_M: tl.constexpr,
                        BLOCK_D: tl.constexpr):
     """delta[row] = sum over the head dim of o * do, in fp32."""
@@ -239,7 +239,7 @@ def _dkdv_from(dk, dv, k, v, keys, q_head, do_head, lse_head, delta_head, lo, hi
     return dk, dv
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n"])  # one compiled kernel for every sequence length
 def flash_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n, d, sm_scale,
                       CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_D: tl.constexpr):
@@ -302,7 +302,7 @@ def _dq_from(dq, q, do, lse, delta, rows, k_head, v_head, lo, hi, n, sm_scale,
     return dq
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n"])  # one compiled kernel for every sequence length
 def flash_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, n, d, sm_scale,
                     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_D: tl.constexpr):
