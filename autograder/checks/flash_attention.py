@@ -17,20 +17,8 @@ import memfit
 from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error
 from autograder.checks.numerics import (assert_close_by_rule, expect_like, expect_no_torch_arithmetic,
                                         poisoned_allocations)
+from autograder.checks.numerics import case_dtypes as _dtypes, dtype_name as _name, seeded_randn as _randn
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
-
-
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def _dtypes(hidden: bool) -> tuple[torch.dtype, ...]:
-    return memfit.profile().dtypes if hidden else (torch.float32,)
-
-
-def _randn(shape, dtype, seed, scale=1.0):
-    gen = torch.Generator().manual_seed(seed)
-    return (scale * torch.randn(shape, generator=gen)).to(dtype=dtype, device=memfit.DEVICE)
 
 
 def _qkv(b, h, n, d, dtype, seed, q_scale=1.0):

@@ -16,20 +16,9 @@ import torch
 import memfit
 from autograder.checks import Check, CheckFailed, KernelSpec, NotImplementedYet, call_learner, check_cases
 from autograder.checks.numerics import GUARD_ELEMENTS, assert_close_by_rule, expect_like, expect_no_torch_arithmetic
+from autograder.checks.numerics import case_dtypes as _dtypes, dtype_name as _name, seeded_randn as _randn
 from memfit.gpt import rms_norm, swiglu
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
-
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def _dtypes(hidden: bool) -> tuple[torch.dtype, ...]:
-    return memfit.profile().dtypes if hidden else (torch.float32,)
-
-
-def _randn(shape, dtype, seed, scale=1.0):
-    gen = torch.Generator().manual_seed(seed)
-    return (scale * torch.randn(shape, generator=gen)).to(dtype=dtype, device=memfit.DEVICE)
 
 
 def _no_torch_arithmetic(fn, what: str) -> None:

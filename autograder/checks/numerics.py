@@ -11,11 +11,23 @@ import contextlib
 
 import torch
 
+import memfit
 from autograder.checks import CheckFailed
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
+
+
+def case_dtypes(hidden: bool) -> tuple[torch.dtype, ...]:
+    """Visible cases run in fp32; hidden ones in every dtype this machine's profile supports."""
+    return memfit.profile().dtypes if hidden else (torch.float32,)
+
+
+def seeded_randn(shape, dtype: torch.dtype, seed: int, scale: float = 1.0) -> torch.Tensor:
+    """The same numbers on every device: drawn on the CPU from a seeded generator, then moved."""
+    gen = torch.Generator().manual_seed(seed)
+    return (scale * torch.randn(shape, generator=gen)).to(dtype=dtype, device=memfit.DEVICE)
 
 
 def expect_like(got, ref: torch.Tensor, what: str) -> None:
@@ -24,7 +36,7 @@ def expect_like(got, ref: torch.Tensor, what: str) -> None:
     if tuple(got.shape) != tuple(ref.shape):
         raise CheckFailed(f"{what}: expected shape {tuple(ref.shape)}, got {tuple(got.shape)}")
     if got.dtype != ref.dtype:
-        raise CheckFailed(f"{what}: expected dtype {_dtype_name(ref.dtype)}, got {_dtype_name(got.dtype)}")
+        raise CheckFailed(f"{what}: expected dtype {dtype_name(ref.dtype)}, got {dtype_name(got.dtype)}")
     if got.device != ref.device:
         raise CheckFailed(f"{what}: expected a tensor on {ref.device}, got one on {got.device}")
 
@@ -53,7 +65,7 @@ def assert_close_by_rule(got: torch.Tensor, exact: torch.Tensor, torch_same_dtyp
         raise CheckFailed(
             f"{what}: max |error| {err[worst].item():.3g} at index {worst} (expected {exact64[worst].item():.6g}, "
             f"got {got64[worst].item():.6g}) exceeds the tolerance {tol:.3g} = 2 x PyTorch's "
-            f"{_dtype_name(got.dtype)} error {torch_err:.3g} + floor {floor:.3g}")
+            f"{dtype_name(got.dtype)} error {torch_err:.3g} + floor {floor:.3g}")
 
 
 # Elements of NaN after an `out` a check passes: an unmasked store of up to one block past the end lands
