@@ -110,6 +110,17 @@ def profile() -> Profile:
 # any GPU profile without its own row; "cpu" sizes are small because the interpreter runs every
 # program one after another in NumPy.
 # ---------------------------------------------------------------------------------------------
+def _flash_tiles(cpu: tuple, d64: tuple, d128: tuple, h100: tuple) -> dict[str, dict]:
+    """One FlashAttention kernel's rows (lesson 05), from (BLOCK_M, BLOCK_N) pairs: cpu's for both head-dim
+    classes; d64 and d128 for the cards before Hopper, on one stage for T4 and V100 (no asynchronous copies to
+    overlap more) and two elsewhere; h100's (BLOCK_M, BLOCK_N, num_warps, num_stages) for both classes."""
+    def tiles(m, n, warps=4, stages=1):
+        return dict(BLOCK_M=m, BLOCK_N=n, num_warps=warps, num_stages=stages)
+    small = {name: dict(d64=tiles(*d64, 4, stages), d128=tiles(*d128, 4, stages))
+             for name, stages in (("t4", 1), ("v100", 1), ("gpu", 2))}
+    return dict(cpu=dict(d64=tiles(*cpu), d128=tiles(*cpu)), h100=dict(d64=tiles(*h100), d128=tiles(*h100)), **small)
+
+
 KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
     "scaled_add": {
         "cpu": dict(BLOCK=1024, num_warps=4),
@@ -138,42 +149,9 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
     # tile (full, ragged, diagonal). t4/v100: sized so fp32 fits 64 and 96 KiB of shared memory (both lack the
     # asynchronous copies that make more pipeline stages pay). h100: the best of benchmarks/flash_attention.py's
     # sweep in bf16 (fp32 fits too). gpu: any other card (A100, consumer cards of about 100 KiB).
-    "flash_forward": {
-        "cpu": dict(d64=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1),
-                    d128=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)),
-        "t4": dict(d64=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1),
-                   d128=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1)),
-        "v100": dict(d64=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1),
-                     d128=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1)),
-        "h100": dict(d64=dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
-                     d128=dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)),
-        "gpu": dict(d64=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
-                    d128=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)),
-    },
-    "flash_dkdv": {
-        "cpu": dict(d64=dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1),
-                    d128=dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1)),
-        "t4": dict(d64=dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=1),
-                   d128=dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1)),
-        "v100": dict(d64=dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=1),
-                     d128=dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1)),
-        "h100": dict(d64=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
-                     d128=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)),
-        "gpu": dict(d64=dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=2),
-                    d128=dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=2)),
-    },
-    "flash_dq": {
-        "cpu": dict(d64=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1),
-                    d128=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)),
-        "t4": dict(d64=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1),
-                   d128=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)),
-        "v100": dict(d64=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=1),
-                     d128=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)),
-        "h100": dict(d64=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),
-                     d128=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)),
-        "gpu": dict(d64=dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2),
-                    d128=dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=2)),
-    },
+    "flash_forward": _flash_tiles(cpu=(32, 16), d64=(64, 64), d128=(64, 32), h100=(128, 64, 8, 3)),
+    "flash_dkdv": _flash_tiles(cpu=(16, 32), d64=(32, 64), d128=(16, 32), h100=(64, 64, 4, 2)),
+    "flash_dq": _flash_tiles(cpu=(32, 16), d64=(64, 32), d128=(32, 16), h100=(64, 64, 4, 2)),
 }
 
 PROBLEM_SIZES: dict[str, dict[str, dict]] = {

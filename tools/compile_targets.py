@@ -81,12 +81,12 @@ def main(argv=None) -> int:
     # Spawned, not forked: loading a solution notebook on a GPU machine initialises CUDA, which a fork cannot.
     spawn = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=spawn) as pool:
-        for label, shared, error in pool.map(_compile_job, *zip(*jobs)):
+        for (_, _, name, _), (label, shared, error) in zip(jobs, pool.map(_compile_job, *zip(*jobs))):
             if shared is None:
                 print(f"FAIL {label}: does not compile: {error}")
                 failures += 1
                 continue
-            limit = profile_for(label.rsplit(" on ", 1)[1].split()[0]).shared_memory_per_block
+            limit = profile_for(name).shared_memory_per_block
             fits = shared <= limit
             failures += not fits
             print(f"{'ok  ' if fits else 'FAIL'} {label}: {shared} bytes of shared memory, limit {limit}", flush=True)

@@ -127,7 +127,7 @@ def check_online_softmax(online_softmax_stats, cases: str = "visible") -> None:
 # ---------------------------------------------------------------------------------- tiled attention
 
 def check_attention_tiled(attention_tiled, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
+    visible, _ = check_cases(cases)
     tiles = [(16, 8), (8, 16), (32, 32), (64, 64), (16, 16)]
     plan = [(shape, dtype) for shape, dtype in _plan(cases) if shape[2] <= 1000]
     for seed, ((b, h, n, d, causal, q_scale), dtype) in enumerate(plan):
