@@ -152,6 +152,14 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
     "flash_forward": _flash_tiles(cpu=(32, 16), d64=(64, 64), d128=(64, 32), h100=(128, 64, 8, 3)),
     "flash_dkdv": _flash_tiles(cpu=(16, 32), d64=(32, 64), d128=(16, 32), h100=(64, 64, 4, 2)),
     "flash_dq": _flash_tiles(cpu=(32, 16), d64=(64, 32), d128=(32, 16), h100=(64, 64, 4, 2)),
+    # Lesson 06. Row kernels over a tile of logits: one program per row streams BLOCK columns at a time and keeps
+    # a few scalars, so shared memory holds only cross-warp sums (any card fits). cpu: a block the checks' short
+    # rows cross with a ragged end (the interpreter's time grows with programs x blocks). gpu: 2048 columns and
+    # 8 warps, for every card (on an H100 at Gemma-2's head, 2048/4 and 4096/8 and 8192/16 came within 3%).
+    "ce_rows": {
+        "cpu": dict(BLOCK=256, num_warps=4),
+        "gpu": dict(BLOCK=2048, num_warps=8),
+    },
 }
 
 PROBLEM_SIZES: dict[str, dict[str, dict]] = {
@@ -171,6 +179,15 @@ PROBLEM_SIZES: dict[str, dict[str, dict]] = {
         "gpu": dict(heads=16, head_dim=64, seqs=(512, 1024, 2048, 4096)),
         "a100": dict(heads=16, head_dim=64, seqs=(512, 1024, 2048, 4096, 8192)),
         "h100": dict(heads=16, head_dim=64, seqs=(512, 1024, 2048, 4096, 8192)),
+    },
+    # Lesson 06: the output layer the notebook measures. cpu: small enough for the interpreter. gpu: fits a T4
+    # with PyTorch's chain upcast to fp32 (about 2.3 GB). a100/h100: Gemma-2-2B's head at 8,192 tokens, where
+    # the chain upcast to fp32 needs 24 GB.
+    "linear_ce": {
+        "cpu": dict(tokens=128, hidden=64, vocab=3000),
+        "gpu": dict(tokens=4096, hidden=2048, vocab=32768),
+        "a100": dict(tokens=8192, hidden=2304, vocab=256000),
+        "h100": dict(tokens=8192, hidden=2304, vocab=256000),
     },
 }
 

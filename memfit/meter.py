@@ -38,6 +38,7 @@ class MemoryReport:
     meter: str  # CUDA_ALLOCATOR or LIVE_TENSORS
     device: str
     ops: Counter = field(default_factory=Counter)  # aten ops the call dispatched (live meter only)
+    largest_bytes: int | None = None  # the largest single storage the call created (live meter only)
 
     def __str__(self) -> str:
         return f"{format_bytes(self.peak_bytes)} peak extra ({self.meter} on {self.device})"
@@ -59,6 +60,7 @@ class LiveTensorMeter(TorchDispatchMode):
         self._live: dict[int, int] = {}  # id(storage) -> bytes
         self.current = 0
         self.peak = 0
+        self.largest = 0  # bytes of the largest storage seen: proves a tensor of some size never existed
         self.ops: Counter = Counter()
         self.paused = 0  # >0 while a Triton interpreter launch runs (see _interpreter_launches_free)
 
@@ -77,6 +79,7 @@ class LiveTensorMeter(TorchDispatchMode):
             self._live[key] = nbytes
             self.current += nbytes - before
         self.peak = max(self.peak, self.current)
+        self.largest = max(self.largest, nbytes)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -198,4 +201,4 @@ def measure_peak(fn: Callable, *args, device=None, meter: str | None = None, war
         result = fn(*args, **kwargs)
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
-    return result, MemoryReport(live.peak, LIVE_TENSORS, str(dev), live.ops)
+    return result, MemoryReport(live.peak, LIVE_TENSORS, str(dev), live.ops, live.largest)
