@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import memfit
 from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error
 from autograder.checks.numerics import (assert_close_by_rule, expect_like, expect_no_torch_arithmetic,
-                                        poisoned_allocations)
+                                        poisoned_allocations, training_half)
 from autograder.checks.numerics import case_dtypes as _dtypes, dtype_name as _name, seeded_randn as _randn
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
 
@@ -185,14 +185,10 @@ def _memory_shape():
     return (1, 2, 2048, 64) if memfit.HAS_GPU else (1, 2, 256, 64)
 
 
-def _half():
-    return torch.bfloat16 if memfit.profile().bf16_tensor_cores else torch.float16
-
-
 def check_flash_forward_memory(flash_attention_forward, cases: str = "visible") -> None:
     visible, hidden = check_cases(cases)
     b, h, n, d = _memory_shape()
-    plan = ([(torch.float32, True)] if visible else []) + ([(_half(), False)] if hidden else [])
+    plan = ([(torch.float32, True)] if visible else []) + ([(training_half(), False)] if hidden else [])
     for dtype, causal in plan:
         q, k, v = _qkv(b, h, n, d, dtype, 21)
         what = f"flash_attention_forward{_describe(b, h, n, d, causal, dtype)}"
@@ -291,7 +287,7 @@ def check_flash_attention_memory(flash_attention, cases: str = "visible") -> Non
         for name, leaf, e, s in zip(("q.grad", "k.grad", "v.grad"), leaves, exact, same):
             assert_close_by_rule(leaf.grad, e, s, f"{what}, {name}", floor_ulps=_gradient_floor_ulps(dtype, n))
     b, h, n, d = (1, 16, 4096, 64) if memfit.HAS_GPU else (1, 2, 512, 32)
-    plan = ([(torch.float32 if not memfit.HAS_GPU else _half(), True)] if visible else []) + \
+    plan = ([(torch.float32 if not memfit.HAS_GPU else training_half(), True)] if visible else []) + \
            ([(torch.float32, False)] if hidden else [])
     for dtype, causal in plan:
         q, k, v = (_randn((b, h, n, d), dtype, 60 + i).requires_grad_(True) for i in range(3))

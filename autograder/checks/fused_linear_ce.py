@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import memfit
 from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error
-from autograder.checks.numerics import assert_close_by_rule, expect_like, poisoned_allocations
+from autograder.checks.numerics import assert_close_by_rule, expect_like, poisoned_allocations, training_half
 from autograder.checks.numerics import case_dtypes as _dtypes, dtype_name as _name, seeded_randn as _randn
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
 
@@ -288,8 +288,8 @@ def check_fused_linear_ce_memory(fused_linear_ce_forward, cases: str = "visible"
         if used:
             raise CheckFailed(f"{what}: PyTorch computed a softmax ({', '.join(used)}): the logsumexp and dlogits "
                               "belong in ce_stats_kernel and ce_grad_kernel")
-    if memfit.HAS_GPU and (hidden or visible):
-        half = torch.bfloat16 if memfit.profile().bf16_tensor_cores else torch.float16
+    if memfit.HAS_GPU:
+        half = training_half()
         case = Case(4096, 1024, 32768, ignored=0.1) if visible else Case(2048, 768, 50257, bias=False)
         x, w, t, _ = case.inputs(half, 11)
         grads = (case.n + case.v) * case.h * x.element_size()
@@ -332,8 +332,7 @@ def check_fused_linear_cross_entropy(fused_linear_cross_entropy, cases: str = "v
             _close(leaf.grad, e * g, s * g, f"{what}, {name}", _floor(dtype, terms))
     if visible:
         case = Case(128, 32, 3000, ignored=0.1) if not memfit.HAS_GPU else Case(4096, 1024, 32768, ignored=0.1)
-        dtype = torch.float32 if not memfit.HAS_GPU else (
-            torch.bfloat16 if memfit.profile().bf16_tensor_cores else torch.float16)
+        dtype = training_half() if memfit.HAS_GPU else torch.float32
         x, w, t, _ = case.inputs(dtype, 12)
         x.requires_grad_(True)
         w.requires_grad_(True)

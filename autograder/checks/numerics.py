@@ -24,6 +24,11 @@ def case_dtypes(hidden: bool) -> tuple[torch.dtype, ...]:
     return memfit.profile().dtypes if hidden else (torch.float32,)
 
 
+def training_half() -> torch.dtype:
+    """The 16-bit dtype this machine trains in: bf16 where it has bf16 tensor cores, else fp16."""
+    return torch.bfloat16 if memfit.profile().bf16_tensor_cores else torch.float16
+
+
 def seeded_randn(shape, dtype: torch.dtype, seed: int, scale: float = 1.0) -> torch.Tensor:
     """The same numbers on every device: drawn on the CPU from a seeded generator, then moved."""
     gen = torch.Generator().manual_seed(seed)
