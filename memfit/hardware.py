@@ -160,6 +160,25 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
         "cpu": dict(BLOCK=256, num_warps=4),
         "gpu": dict(BLOCK=2048, num_warps=8),
     },
+    # Lesson 07. Block formats: one program quantizes BLOCKS blocks of 32 values (a [BLOCKS, 32] tile). cpu: 4
+    # blocks, so the checks' short tensors span several programs and a ragged last one.
+    "quant_blocks": {
+        "cpu": dict(BLOCKS=4, num_warps=4),
+        "gpu": dict(BLOCKS=64, num_warps=4),
+    },
+    # The weight-only int8 matmul y = x Wᵀ, W in Q8_0: tiles of BLOCK_M rows of x by BLOCK_N rows of W, stepping
+    # BLOCK_K (a multiple of 32) along K. "small_m" for up to 32 rows of x (decoding: the weight's bytes are the
+    # time), "large_m" beyond. t4/v100: fit 64 and 96 KiB in fp32 on two stages.
+    "int8_matmul": {
+        "cpu": dict(small_m=dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1),
+                    large_m=dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)),
+        "t4": dict(small_m=dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=2),
+                   large_m=dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=2)),
+        "v100": dict(small_m=dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=2),
+                     large_m=dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=2)),
+        "gpu": dict(small_m=dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, num_warps=4, num_stages=3),
+                    large_m=dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)),
+    },
 }
 
 PROBLEM_SIZES: dict[str, dict[str, dict]] = {
@@ -188,6 +207,12 @@ PROBLEM_SIZES: dict[str, dict[str, dict]] = {
         "gpu": dict(tokens=4096, hidden=2048, vocab=32768),
         "a100": dict(tokens=8192, hidden=2304, vocab=256000),
         "h100": dict(tokens=8192, hidden=2304, vocab=256000),
+    },
+    # Lesson 07: the layer the notebook's int8 matmul multiplies (out_features x in_features, tokens). gpu: a
+    # Llama-3-8B MLP projection.
+    "int8_matmul": {
+        "cpu": dict(tokens=(1, 16, 64), out_features=256, in_features=512),
+        "gpu": dict(tokens=(1, 16, 256, 4096), out_features=14336, in_features=4096),
     },
 }
 

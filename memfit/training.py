@@ -20,7 +20,8 @@ from memfit.gpt import GPT, GPTConfig, unique_parameters
 from memfit.meter import CUDA_ALLOCATOR, LIVE_TENSORS, LiveTensorMeter, measure_peak
 
 PRECISIONS = ("fp32", "amp", "bf16")  # fp32 everywhere | autocast, fp32 weights | bf16 weights and states
-OPTIMIZERS = ("adamw", "sgd")  # torch.optim.AdamW | SGD with momentum, both in their foreach form
+OPTIMIZERS = ("adamw", "sgd", "adamw8bit")  # torch.optim.AdamW | SGD with momentum (both foreach) | lesson 07's
+# AdamW with blockwise 8-bit states; or pass a callable params -> optimizer
 
 
 def amp_dtype(device: torch.device | str) -> torch.dtype:
@@ -38,19 +39,25 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 
 class Trainer:
-    def __init__(self, cfg: GPTConfig, precision: str = "amp", optimizer: str = "adamw",
+    def __init__(self, cfg: GPTConfig, precision: str = "amp", optimizer="adamw",
                  recompute: str = "none", device=None, seed: int = 0):
         from memfit.runtime import DEVICE
         _check_choice("precision", precision, PRECISIONS)
-        _check_choice("optimizer", optimizer, OPTIMIZERS)
+        if not callable(optimizer):
+            _check_choice("optimizer", optimizer, OPTIMIZERS)
         self.cfg, self.precision, self.device = cfg, precision, torch.device(device or DEVICE)
         torch.manual_seed(seed)
         self.model = GPT(cfg, recompute).to(self.device)
         if precision == "bf16":
             self.model.to(torch.bfloat16)
         params = list(self.model.parameters())
-        if optimizer == "adamw":
+        if callable(optimizer):
+            self.optimizer = optimizer(params)
+        elif optimizer == "adamw":
             self.optimizer = torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1, foreach=True)
+        elif optimizer == "adamw8bit":
+            from memfit.from_lessons.quantization import AdamW8bit  # lesson 07's reference
+            self.optimizer = AdamW8bit(params, lr=3e-4, weight_decay=0.1)
         else:
             self.optimizer = torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=True)
         self.low_dtype = amp_dtype(self.device)
@@ -93,6 +100,47 @@ def random_batch(cfg: GPTConfig, batch: int, seq: int, device, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), generator=gen).to(device)
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+class MarkovCorpus:
+    """A synthetic language with a known floor: each token is followed by one of `branching` successors, drawn
+    once from a seeded generator with random probabilities. A model that learns the chain reaches the chain's
+    entropy rate (`floor`, in nats per token); from scratch it starts near log(vocab)."""
+
+    def __init__(self, vocab: int, branching: int = 4, seed: int = 0):
+        gen = torch.Generator().manual_seed(seed)
+        self.vocab = vocab
+        self.successors = torch.stack([torch.randperm(vocab, generator=gen)[:branching] for _ in range(vocab)])
+        self.probs = torch.rand(vocab, branching, generator=gen).add_(0.2)
+        self.probs /= self.probs.sum(1, keepdim=True)
+        # stationary distribution by power iteration, for the entropy rate
+        transition = torch.zeros(vocab, vocab, dtype=torch.float64)
+        transition.scatter_(1, self.successors, self.probs.double())
+        pi = torch.full((vocab,), 1.0 / vocab, dtype=torch.float64)
+        for _ in range(200):
+            pi = pi @ transition
+        self.floor = float(-(pi[:, None] * self.probs.double() * self.probs.double().log()).sum())
+
+    def batch(self, batch: int, seq: int, gen: torch.Generator, device):
+        """(idx, targets) of shape (batch, seq): walks of the chain from uniform random starts."""
+        tokens = torch.empty(batch, seq + 1, dtype=torch.int64)
+        tokens[:, 0] = torch.randint(0, self.vocab, (batch,), generator=gen)
+        for t in range(seq):
+            choice = torch.multinomial(self.probs[tokens[:, t]], 1, generator=gen).squeeze(1)
+            tokens[:, t + 1] = self.successors[tokens[:, t], choice]
+        tokens = tokens.to(device)
+        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def loss_curve(cfg: GPTConfig, make_optimizer, steps: int, batch: int = 8, seq: int = 64, precision: str = "fp32",
+               device=None, seed: int = 0) -> list[float]:
+    """Train a fresh course GPT on the Markov corpus (the same model init and batches for every optimizer) and
+    return the loss of every step: the convergence test of an optimizer against another."""
+    corpus = MarkovCorpus(cfg.vocab_size, seed=seed)
+    trainer = Trainer(cfg, precision, make_optimizer, device=device, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    losses = [trainer.step(*corpus.batch(batch, seq, gen, trainer.device)) for _ in range(steps)]
+    return [float(x) for x in losses]
 
 
 @dataclass

@@ -1,0 +1,216 @@
+"""Known-wrong (and known-right alternative) implementations of lesson 07's exercises. Most are written in
+PyTorch: the checks reject their numbers before they reach the check that the kernels do the arithmetic."""
+import memfit.from_lessons.quantization as ref  # first: memfit selects Triton's interpreter before triton loads
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+Q = ref.Quantized
+
+
+def _blocks(w):
+    flat = w.reshape(-1).float()
+    return F.pad(flat, (0, (-flat.numel()) % 32)).view(-1, 32)
+
+
+# ----------------------------------------------------------------------------------------- Q8_0
+def _q8(w, rounding=torch.round, divisor=127):
+    b = _blocks(w)
+    d = (b.abs().amax(dim=1) / divisor).half()
+    d32 = d.float()[:, None]
+    q = rounding(torch.where(d32 > 0, b / torch.where(d32 > 0, d32, 1.0), 0.0)).clamp(-127, 127)
+    return Q("q8_0", q.to(torch.int8), d, w.shape, w.dtype)
+
+
+def q8_truncates(w):  # int() of x/d: toward zero, an error up to d instead of d/2
+    return _q8(w, rounding=torch.trunc)
+
+
+def q8_scale_255(w):  # the scale of a [-255, 255] range with int8 codes
+    return _q8(w, divisor=255)
+
+
+def q8_dequantize(qt):
+    return (qt.data.float() * qt.scales.float()[:, None]).reshape(-1)[:qt.numel].view(qt.shape).to(qt.dtype)
+
+
+def q8_dequantize_drops_tail(qt):  # whole blocks only: a length not a multiple of 32 leaves its tail unwritten
+    out = torch.empty(qt.numel, dtype=qt.dtype, device=qt.data.device)
+    whole = qt.numel // 32 * 32
+    out[:whole] = (qt.data.float() * qt.scales.float()[:, None]).reshape(-1)[:whole].to(qt.dtype)
+    return out.view(qt.shape)
+
+
+def q8_in_pytorch(w):  # right numbers, but PyTorch does the arithmetic
+    return _q8(w, rounding=lambda v: v.sign() * (v.abs() + 0.5).floor())
+
+
+# ----------------------------------------------------------------------------------------- Q4_0
+def _q4(w, pack, clamp=True):
+    b = _blocks(w)
+    top, bottom = b.amax(dim=1), b.amin(dim=1)
+    d = (torch.where(top >= -bottom, top, bottom) / -8).half()
+    d32 = d.float()[:, None]
+    q = torch.floor(torch.where(d32 != 0, b / torch.where(d32 != 0, d32, 1.0), 0.0) + 8.5)
+    q = (q.clamp(max=15) if clamp else q).to(torch.uint8)
+    return Q("q4_0", pack(q), d, w.shape, w.dtype)
+
+
+def _llama_pack(q):
+    return q[:, :16] | (q[:, 16:] << 4)
+
+
+def q4_interleaved(w):  # byte j holds values 2j and 2j + 1: not the format's layout
+    return _q4(w, lambda q: q[:, 0::2] | (q[:, 1::2] << 4))
+
+
+def q4_no_clamp(w):  # the positive side reaches code 16, which wraps to 0 in a nibble
+    return _q4(w, _llama_pack, clamp=False)
+
+
+def q4_quantize(w):
+    return _q4(w, _llama_pack)
+
+
+def q4_dequantize(qt):
+    codes = torch.cat([qt.data & 15, qt.data >> 4], dim=1).float()
+    return ((codes - 8) * qt.scales.float()[:, None]).reshape(-1)[:qt.numel].view(qt.shape).to(qt.dtype)
+
+
+# ---------------------------------------------------------------------------------- int8 matmul
+def mm_dequantize_then_matmul(x, qw):  # right numbers; a full copy of Ŵ per call
+    return x @ ref.dequantize_q8_0(qw).T
+
+
+def mm_one_scale_per_row(x, qw):  # every block of a row scaled by the row's first scale
+    n, k = qw.shape
+    scales = qw.scales.view(n, k // 32)[:, :1].expand(n, k // 32).reshape(-1)
+    return ref.int8_weight_matmul(x, Q("q8_0", qw.data, scales.contiguous(), qw.shape, qw.dtype))
+
+
+@triton.jit
+def _mm_no_k_mask_kernel(x_ptr, data_ptr, scale_ptr, y_ptr, M, N, K, stride_xm, stride_ym,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + rk  # no mask on k: the last step reads past the row (the next row's codes)
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + k[None, :], mask=rm[:, None] < M, other=0.0)
+        q = tl.load(data_ptr + rn[None, :] * K + k[:, None], mask=rn[None, :] < N, other=0)
+        d = tl.load(scale_ptr + rn[None, :] * (K // 32) + (k // 32)[:, None], mask=rn[None, :] < N, other=0.0)
+        acc += tl.dot(x, (q.to(tl.float32) * d.to(tl.float32)).to(x.dtype), input_precision="ieee")
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def mm_no_k_mask(x, qw):
+    n, k = qw.shape
+    x2 = torch.cat([x.reshape(-1, k), torch.zeros(1, k, dtype=x.dtype, device=x.device)])  # keep reads in bounds
+    m = x2.shape[0] - 1
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    data = torch.cat([qw.data.reshape(-1), torch.ones(256, dtype=torch.int8, device=x.device)])
+    scales = torch.cat([qw.scales, torch.ones(8, dtype=torch.float16, device=x.device)])
+    tiles = ref.int8_matmul_tiles(m)
+    _mm_no_k_mask_kernel[(triton.cdiv(m, tiles["BLOCK_M"]), triton.cdiv(n, tiles["BLOCK_N"]))](
+        x2, data, scales, y, m, n, k, x2.stride(0), y.stride(0), IEEE=True, **tiles)
+    return y.reshape(*x.shape[:-1], n)
+
+
+# ------------------------------------------------------------------------------ blockwise states
+def bw_per_tensor(x, code, block=256):  # one absmax for the whole tensor
+    flat = x.reshape(-1).float()
+    absmax = flat.abs().max().reshape(1)
+    idx = torch.bucketize(flat / absmax.clamp_min(1e-30), (code[1:] + code[:-1]) / 2)
+    return idx.to(torch.uint8), absmax
+
+
+def bw_floor_level(x, code, block=256):  # the level below, not the nearest
+    codes, absmax = ref.quantize_blockwise(x, code, block)
+    flat = F.pad(x.reshape(-1).float(), (0, (-x.numel()) % block)).view(-1, block)
+    r = (flat / torch.where(absmax > 0, absmax, 1.0)[:, None]).reshape(-1)[:x.numel()]
+    below = (torch.searchsorted(code, r, right=True) - 1).clamp(0, code.numel() - 1)
+    return below.to(torch.uint8), absmax
+
+
+def bw_dequantize_with_mask(codes, absmax, code, block=256):  # code[uint8 tensor] is a boolean mask
+    values = code[codes]
+    return (F.pad(values, (0, (-values.numel()) % block)).view(-1, block) * absmax[:, None]).reshape(-1)[:codes.numel()]
+
+
+# --------------------------------------------------------------------------------------- AdamW8bit
+class _Adam(ref.AdamW8bit):
+    """The reference's step with one thing changed (a flag per mutant)."""
+    bias_correction, update_from_rounded, store, chunked, l2 = True, False, True, True, False
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
+            chunk = group["chunk"] if self.chunked else 1 << 40
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self._state(p, group)
+                state["step"] += 1
+                t = state["step"]
+                c1, c2 = (1 - b1**t, 1 - b2**t) if self.bias_correction else (1.0, 1.0)
+                grad = p.grad + group["weight_decay"] * p if self.l2 else p.grad
+                if not self.l2:
+                    p.mul_(1 - lr * group["weight_decay"])
+                eight = "m_absmax" in state
+                n = p.numel()
+                for start in range(0, n, chunk if eight else n):
+                    end = min(n, start + chunk) if eight else n
+                    blocks = slice(start // 256, triton.cdiv(end, 256))
+                    g = grad.reshape(-1)[start:end].float()
+                    if eight:
+                        m = ref.dequantize_blockwise(state["m"][start:end], state["m_absmax"][blocks], self.codes["m"])
+                        v = ref.dequantize_blockwise(state["v"][start:end], state["v_absmax"][blocks], self.codes["v"])
+                    else:
+                        m, v = state["m"].view(-1), state["v"].view(-1)
+                    m.mul_(b1).add_(g, alpha=1 - b1)
+                    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                    if eight and (self.store or self.update_from_rounded):
+                        packed = {k: ref.quantize_blockwise(val, self.codes[k]) for k, val in (("m", m), ("v", v))}
+                        if self.update_from_rounded:
+                            m = ref.dequantize_blockwise(*packed["m"], self.codes["m"])
+                            v = ref.dequantize_blockwise(*packed["v"], self.codes["v"])
+                        if self.store:
+                            for k, (codes, absmax) in packed.items():
+                                state[k][start:end] = codes
+                                state[k + "_absmax"][blocks] = absmax
+                    update = (m / c1) / ((v / c2).sqrt() + eps)
+                    p.view(-1)[start:end] -= lr * update.to(p.dtype)
+
+
+class adam_no_bias_correction(_Adam):
+    bias_correction = False
+
+
+class adam_update_from_rounded_states(_Adam):  # the update reads m and v after they were rounded
+    update_from_rounded = True
+
+
+class adam_never_stores_states(_Adam):  # computes m and v, never writes them back
+    store = False
+
+
+class adam_whole_tensor(_Adam):  # dequantizes a whole state at once: 4 bytes per parameter and more
+    chunked = False
+
+
+class adam_l2_decay(_Adam):  # Adam with L2 (decay added to the gradient), not AdamW's decoupled decay
+    l2 = True
+
+
+class adam_fp32_states(ref.AdamW8bit):  # every state in fp32: no saving
+    def __init__(self, params, *args, **kwargs):
+        kwargs["min_8bit_size"] = 1 << 62
+        super().__init__(params, *args, **kwargs)
+
+
+class adam_right_by_subclass(_Adam):
+    """Right: the same algorithm written differently (flags at their right values)."""

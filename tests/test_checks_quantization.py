@@ -1,0 +1,110 @@
+"""Lesson 07: the checks pass the reference, reject each mutant with a message a learner can act on,
+accept right alternatives, and report stubs as not implemented."""
+import pytest
+
+from autograder import ROOT
+from autograder.checks import CheckFailed, NotImplementedYet
+from autograder.checks import quantization as checks
+from autograder.notebook_loader import load_notebook, load_solution
+from tests.mutants import quantization as mutants
+
+ref = load_solution("07_quantization")
+
+# (check, the names of the lesson's functions it takes)
+CHECKS = [(checks.check_q8_0, ("quantize_q8_0", "dequantize_q8_0")),
+          (checks.check_q4_0, ("quantize_q4_0", "dequantize_q4_0")),
+          (checks.check_int8_matmul, ("int8_weight_matmul",)),
+          (checks.check_int8_matmul_memory, ("int8_weight_matmul",)),
+          (checks.check_blockwise, ("quantize_blockwise", "dequantize_blockwise")),
+          (checks.check_adamw8bit_step, ("AdamW8bit",))]
+
+
+@pytest.mark.parametrize("check, names", CHECKS, ids=[check.__name__ for check, _ in CHECKS])
+def test_reference_passes_every_case(check, names):
+    check(*[getattr(ref, name) for name in names], cases="all")
+
+
+def test_reference_converges():
+    checks.check_adamw8bit_convergence(ref.AdamW8bit)
+
+
+@pytest.mark.parametrize("quantize, dequantize, message", [
+    (mutants.q8_truncates, mutants.q8_dequantize, r"exceeds the format's bound \S+ \(0.5 x the block's scale\)"),
+    (mutants.q8_scale_255, mutants.q8_dequantize, r"the scale of block \d+ is .* = fp16\(absmax / 127\)"),
+    (ref.quantize_q8_0, mutants.q8_dequantize_drops_tail, r"dequantized: \d+ values are NaN: never written"),
+    (mutants.q8_in_pytorch, mutants.q8_dequantize, r"PyTorch did arithmetic"),
+])
+def test_q8_0_mutants_fail(quantize, dequantize, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_q8_0(quantize, dequantize, cases="all")
+
+
+@pytest.mark.parametrize("quantize, message", [
+    (mutants.q4_interleaved, r"exceeds the format's bound \S+ \(1 x the block's scale\)"),
+    (mutants.q4_no_clamp, r"exceeds the format's bound"),
+])
+def test_q4_0_mutants_fail(quantize, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_q4_0(quantize, mutants.q4_dequantize, cases="all")
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (mutants.mm_one_scale_per_row, r"max \|error\|"),
+    (mutants.mm_no_k_mask, r"weight 17? ?.*max \|error\||max \|error\|"),
+])
+def test_int8_matmul_mutants_fail(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_int8_matmul(wrong, cases="all")
+
+
+def test_int8_matmul_memory_rejects_a_dequantized_copy():
+    with pytest.raises(CheckFailed, match=r"a tensor of .* existed during the call; the dequantized weight"):
+        checks.check_int8_matmul_memory(mutants.mm_dequantize_then_matmul)
+
+
+@pytest.mark.parametrize("quantize, dequantize, message", [
+    (mutants.bw_per_tensor, ref.dequantize_blockwise, r"absmax should be fp32 with one value per block of 256"),
+    (mutants.bw_floor_level, ref.dequantize_blockwise, r"store the index of the nearest level"),
+    (ref.quantize_blockwise, mutants.bw_dequantize_with_mask, r"dequantize_blockwise.*(raised|\.long\(\) it|should return)"),
+])
+def test_blockwise_mutants_fail(quantize, dequantize, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_blockwise(quantize, dequantize, cases="all")
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (mutants.adam_no_bias_correction, r"after step 1 .* max \|error\|"),
+    (mutants.adam_update_from_rounded_states, r"the 8-bit weight after step 1 .* max \|error\|"),
+    (mutants.adam_never_stores_states, r"state\['m'\] after step 1.*nearer|absmax is 0"),
+    (mutants.adam_whole_tensor, r"allocated .* over 1 byte per parameter"),
+    (mutants.adam_l2_decay, r"after step 1 .* max \|error\|"),
+    (mutants.adam_fp32_states, r"should hold 'm' and 'm_absmax'"),
+])
+def test_adamw8bit_mutants_fail(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_adamw8bit_step(wrong, cases="all")
+
+
+def test_convergence_rejects_an_optimizer_without_bias_correction():
+    with pytest.raises(CheckFailed, match=r"the mean loss of steps .* AdamW's is .* the margin is 2%"):
+        checks.check_adamw8bit_convergence(mutants.adam_no_bias_correction)
+
+
+@pytest.mark.parametrize("check, right", [
+    (checks.check_q4_0, (mutants.q4_quantize, mutants.q4_dequantize)),
+    (checks.check_adamw8bit_step, (mutants.adam_right_by_subclass,)),
+], ids=["q4_0 in another form", "adamw8bit by subclass"])
+def test_right_alternatives_pass(check, right):
+    check(*right, cases="all") if check is not checks.check_q4_0 else _q4_hidden_only(*right)
+
+
+def _q4_hidden_only(quantize, dequantize):
+    """PyTorch-written Q4_0 is right in its numbers; only the visible part's no-PyTorch rule rejects it."""
+    checks.check_q4_0(quantize, dequantize, cases="hidden")
+
+
+def test_stubs_are_reported_not_implemented():
+    stub = load_notebook(ROOT / "lessons" / "07_quantization.ipynb").module
+    for check, names in CHECKS + [(checks.check_adamw8bit_convergence, ("AdamW8bit",))]:
+        with pytest.raises(NotImplementedYet):
+            check(*[getattr(stub, name) for name in names])
