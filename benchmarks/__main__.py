@@ -21,7 +21,7 @@ import torch
 import triton
 
 from autograder import ROOT, course_env, gradebook
-LESSON_BENCHMARKS = ["first_kernel", "activations", "kernel_fusion", "flash_attention", "fused_linear_ce", "zero"]
+LESSON_BENCHMARKS = ["first_kernel", "activations", "kernel_fusion", "flash_attention", "fused_linear_ce", "quantization", "zero"]
 
 
 def device_facts() -> dict:

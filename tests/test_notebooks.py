@@ -67,7 +67,7 @@ def test_lessons_are_generated_from_solutions():
 def test_saved_library_code_is_the_reference_without_markers():
     from tools.make_lessons import library_path, saved_code
     for lesson in ("01_model_states", "02_activations", "03_zero", "04_kernel_fusion", "05_flash_attention",
-                   "06_fused_linear_ce"):
+                   "06_fused_linear_ce", "07_quantization"):
         code = saved_code(lesson)
         assert code and "BEGIN SOLUTION" not in code and "#@save" not in code.splitlines()
         assert library_path(lesson).read_text() == code, f"{library_path(lesson)} is stale: run `make lessons`"

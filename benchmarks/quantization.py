@@ -1,0 +1,185 @@
+"""Lesson 07 benchmark: the reference weight-only int8 matmul (solutions/07_quantization.ipynb, extracted to
+memfit.from_lessons.quantization) against dequantize-then-matmul and PyTorch's fp16 matmul (cuBLAS); the Q8_0 and
+Q4_0 kernels' bandwidth; AdamW8bit against torch.optim.AdamW on the course's small GPT, in one run on one GPU.
+
+Matmul: y = x Wᵀ with x of M x K in fp16 and W of Llama-3-8B's shapes (N x K: attention 4096 x 4096, MLP up
+14336 x 4096, MLP down 4096 x 14336) in Q8_0, M from 1 token (decoding) to 4,096. Time: the median of three
+interleaved triton.testing.do_bench medians. Memory: the CUDA allocator's peak during the call above what was
+allocated before (memfit.measure_peak), W and x excluded. Weight GB/s: the bytes of W as each contender reads it
+(fp16: 2 per weight; Q8_0: 34 per 32) over the time.
+
+    python -m benchmarks.quantization            # the record
+    python -m benchmarks.quantization --sweep    # the tile sweep behind memfit.hardware's "int8_matmul" rows
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+import triton
+
+from memfit.meter import measure_peak
+from memfit.timing import median_ms
+
+SHAPES = {"attention (q, o)": (4096, 4096), "MLP up/gate": (14336, 4096), "MLP down": (4096, 14336)}
+TOKENS = (1, 16, 64, 256, 1024, 4096)
+
+
+def _weight(n: int, k: int) -> torch.Tensor:
+    gen = torch.Generator(device="cuda").manual_seed(n + k)
+    return torch.randn(n, k, device="cuda", dtype=torch.float16, generator=gen) * 0.02
+
+
+def _matmul_rows(ref) -> list[dict]:
+    rows = []
+    for shape_name, (n, k) in SHAPES.items():
+        w = _weight(n, k)
+        qw = ref.quantize_q8_0(w)
+        w_hat = ref.dequantize_q8_0(qw)
+        for m in TOKENS:
+            x = torch.randn(m, k, device="cuda", dtype=torch.float16) * 0.5
+            fns = {"fp16 matmul (cuBLAS)": lambda: x @ w.T,
+                   "dequantize, then matmul": lambda: x @ ref.dequantize_q8_0(qw).T,
+                   "fused int8 matmul": lambda: ref.int8_weight_matmul(x, qw)}
+            exact = (x.double() @ w_hat.double().T)
+            peaks, errors = {}, {}
+            for label, fn in fns.items():
+                out, report = measure_peak(fn)
+                peaks[label] = report.peak_bytes
+                errors[label] = (out.double() - exact).abs().max().item()
+            times = {label: [] for label in fns}
+            for _ in range(3):
+                for label, fn in fns.items():
+                    times[label].append(median_ms(fn, warmup_ms=25, rep_ms=100))
+            for label in fns:
+                ms = statistics.median(times[label])
+                weight_bytes = qw.nbytes if label == "fused int8 matmul" else n * k * 2
+                rows.append(dict(shape=shape_name, n=n, k=k, m=m, contender=label, us=round(ms * 1e3, 1),
+                                 weight_gbs=round(weight_bytes / ms / 1e6, 1),
+                                 tflops=round(2 * m * n * k / ms / 1e9, 1), peak_mib=round(peaks[label] / 2**20, 2),
+                                 error_vs_dequantized=errors[label]))
+                print(rows[-1], flush=True)
+        del w, qw, w_hat
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _format_rows(ref) -> list[dict]:
+    """Quantize and dequantize a 14336 x 4096 fp16 weight: bytes read + written per second."""
+    w = _weight(14336, 4096)
+    rows = []
+    for fmt, quantize, dequantize in (("Q8_0", ref.quantize_q8_0, ref.dequantize_q8_0),
+                                      ("Q4_0", ref.quantize_q4_0, ref.dequantize_q4_0)):
+        qt = quantize(w)
+        moved = w.numel() * 2 + qt.nbytes
+        for op, fn in (("quantize", lambda: quantize(w)), ("dequantize", lambda: dequantize(qt))):
+            ms = median_ms(fn, warmup_ms=25, rep_ms=200)
+            rows.append(dict(format=fmt, op=op, us=round(ms * 1e3, 1), gbs=round(moved / ms / 1e6, 1),
+                             relative_error=round(((dequantize(qt).float() - w.float()).norm() / w.float().norm()).item(), 5)))
+            print(rows[-1], flush=True)
+    copy_ms = median_ms(lambda: w.clone(), warmup_ms=25, rep_ms=200)
+    rows.append(dict(format="fp16", op="copy (clone)", us=round(copy_ms * 1e3, 1),
+                     gbs=round(2 * w.numel() * 2 / copy_ms / 1e6, 1), relative_error=0.0))
+    return rows
+
+
+def _optimizer_rows(ref) -> list[dict]:
+    """The course's small GPT in mixed precision (amp) with each optimizer: states, the step's peak, step time."""
+    from memfit.gpt import COURSE_CONFIGS, unique_parameters
+    from memfit.training import Trainer, measure_step, random_batch
+    cfg = COURSE_CONFIGS["small"]
+    rows = []
+    for label, make in (("torch.optim.AdamW (foreach)", "adamw"),
+                        ("AdamW8bit (reference)", lambda p: ref.AdamW8bit(p, lr=3e-4, weight_decay=0.1))):
+        trainer = Trainer(cfg, precision="amp", optimizer=make)
+        step = measure_step(trainer, 4, 1024)
+        n = sum(p.numel() for p in unique_parameters(trainer.model))
+        idx, targets = random_batch(cfg, 4, 1024, trainer.device)
+        step_ms = median_ms(lambda: trainer.step(idx, targets), warmup_ms=100, rep_ms=1000)
+        for p in trainer.model.parameters():  # the optimizer step alone, on gradients that stay
+            p.grad = torch.randn_like(p)
+        opt_ms = median_ms(trainer.optimizer.step, warmup_ms=50, rep_ms=500)
+        rows.append(dict(optimizer=label, params=n, state_bytes_per_param=round(step.states["optimizer"] / n, 3),
+                         model_state_bytes_per_param=round((step.states["params"] + step.states["optimizer"]) / n + 4, 3),
+                         step_peak_mib=round(step.peak / 2**20, 1), train_step_ms=round(step_ms, 2),
+                         optimizer_step_ms=round(opt_ms, 2)))
+        print(rows[-1], flush=True)
+        del trainer
+        torch.cuda.empty_cache()
+    return rows
+
+
+def run() -> dict:
+    import memfit.from_lessons.quantization as ref
+    return dict(title="Lesson 07: the weight-only int8 matmul, Q8_0/Q4_0 kernels and AdamW8bit",
+                matmul=_matmul_rows(ref), formats=_format_rows(ref), optimizers=_optimizer_rows(ref))
+
+
+def markdown(result: dict) -> str:
+    lines = [f"### {result['title']}", "",
+             "**y = x Wᵀ**, x fp16 (M x K), W in Q8_0 (Llama-3-8B shapes). µs: median of 3 interleaved do_bench "
+             "medians. Weight GB/s: W's bytes as read (fp16 2 B/weight, Q8_0 1.0625) over the time. Peak: what the "
+             "call allocates.", "",
+             "| W (N x K) | M | fp16 matmul µs | dequantize + matmul µs | fused int8 µs | fused / fp16 | fused weight GB/s "
+             "| fused TFLOP/s | peak MiB fp16 / deq+mm / fused |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = result["matmul"]
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        for m in dict.fromkeys(r["m"] for r in rows if r["shape"] == shape):
+            by = {r["contender"]: r for r in rows if r["shape"] == shape and r["m"] == m}
+            f, d, q = by["fp16 matmul (cuBLAS)"], by["dequantize, then matmul"], by["fused int8 matmul"]
+            lines.append(f"| {shape} ({f['n']} x {f['k']}) | {m} | {f['us']:.1f} | {d['us']:.1f} | {q['us']:.1f} | "
+                         f"{q['us'] / f['us']:.2f}x | {q['weight_gbs']:,.0f} | {q['tflops']:.1f} | "
+                         f"{f['peak_mib']:.2f} / {d['peak_mib']:.1f} / {q['peak_mib']:.2f} |")
+    lines += ["", "**Block formats**, a 14336 x 4096 fp16 weight (GB/s: fp16 bytes + quantized bytes over the time; "
+              "the copy: a clone's read + write)", "", "| format | op | µs | GB/s | relative error |",
+              "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['format']} | {r['op']} | {r['us']:.1f} | {r['gbs']:,.0f} | {r['relative_error']:.2%} |"
+              for r in result["formats"]]
+    lines += ["", "**Optimizers**, course-small GPT in amp (fp32 weights and gradients), batch 4 x 1024",
+              "", "| optimizer | params | state B/param | weights + grads + states B/param | step peak MiB | "
+              "train step ms | optimizer step ms |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['optimizer']} | {r['params']:,} | {r['state_bytes_per_param']:.3f} | "
+              f"{r['model_state_bytes_per_param']:.2f} | {r['step_peak_mib']:,.1f} | {r['train_step_ms']:.1f} | "
+              f"{r['optimizer_step_ms']:.2f} |" for r in result["optimizers"]]
+    return "\n".join(lines) + "\n"
+
+
+def sweep() -> None:
+    """Time tile configs of the fused kernel at every shape and M (fp16), print the best per (shape, M)."""
+    import memfit.from_lessons.quantization as ref
+    small = [dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=s) for bn in (32, 64, 128)
+             for bk in (64, 128, 256) for w in (4,) for s in (3, 4)]
+    large = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=s)
+             for bm, bn, bk, w, s in ((64, 64, 64, 4, 3), (64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
+                                      (128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (128, 128, 128, 8, 3),
+                                      (64, 256, 64, 8, 4), (128, 64, 64, 4, 4))]
+    for shape_name, (n, k) in SHAPES.items():
+        qw = ref.quantize_q8_0(_weight(n, k))
+        for m in TOKENS:
+            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            y = torch.empty(m, n, device="cuda", dtype=torch.float16)
+            fp16 = median_ms(lambda: x @ ref.dequantize_q8_0(qw).T)
+            results = []
+            for cfg in (small if m <= 64 else large):
+                grid = (triton.cdiv(m, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]))
+
+                def call(cfg=cfg, grid=grid):
+                    ref.int8_matmul_kernel[grid](x, qw.data, qw.scales, y, m, n, k, x.stride(0), y.stride(0),
+                                                 IEEE=False, **cfg)
+                try:
+                    results.append((median_ms(call), cfg))
+                except Exception as exc:  # noqa: BLE001  (a config that does not fit: skip it)
+                    print("skip", cfg, type(exc).__name__)
+            results.sort(key=lambda r: r[0])
+            print(f"{shape_name} M={m}: deq+mm {fp16 * 1e3:.1f} µs; best " +
+                  "; ".join(f"{ms * 1e3:.1f} µs {c}" for ms, c in results[:3]), flush=True)
+
+
+if __name__ == "__main__":
+    if "--sweep" in sys.argv:
+        sweep()
+    else:
+        from benchmarks.__main__ import record_one
+        record_one("quantization")
