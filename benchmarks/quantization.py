@@ -150,11 +150,11 @@ def sweep() -> None:
     """Time tile configs of the fused kernel at every shape and M (fp16), print the best per (shape, M)."""
     import memfit.from_lessons.quantization as ref
     small = [dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=s) for bn in (32, 64, 128)
-             for bk in (64, 128, 256) for w in (4,) for s in (3, 4)]
+             for bk in (128, 256, 512) for w in (4, 8) for s in (3, 4)]
     large = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=s)
              for bm, bn, bk, w, s in ((64, 64, 64, 4, 3), (64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
                                       (128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (128, 128, 128, 8, 3),
-                                      (64, 256, 64, 8, 4), (128, 64, 64, 4, 4))]
+                                      (64, 256, 64, 8, 4), (128, 64, 64, 4, 4), (256, 128, 64, 8, 3))]
     for shape_name, (n, k) in SHAPES.items():
         qw = ref.quantize_q8_0(_weight(n, k))
         for m in TOKENS:

@@ -168,7 +168,7 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
     },
     # The weight-only int8 matmul y = x Wᵀ, W in Q8_0: tiles of BLOCK_M rows of x by BLOCK_N rows of W, stepping
     # BLOCK_K (a multiple of 32) along K. "small_m" for up to 32 rows of x (decoding: the weight's bytes are the
-    # time), "large_m" beyond. t4/v100: fit 64 and 96 KiB in fp32 on two stages.
+    # time), "large_m" beyond. t4/v100: fit 64 and 96 KiB in fp32 on two stages (make test compiles them).
     "int8_matmul": {
         "cpu": dict(small_m=dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1),
                     large_m=dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)),
@@ -176,8 +176,12 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
                    large_m=dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=2)),
         "v100": dict(small_m=dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=2),
                      large_m=dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=2)),
-        "gpu": dict(small_m=dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, num_warps=4, num_stages=3),
-                    large_m=dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)),
+        "gpu": dict(small_m=dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3),
+                    large_m=dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=3)),
+        # the H100 sweep (benchmarks/quantization.py --sweep, Llama-3-8B shapes, fp16): narrow tiles for few rows
+        # (more programs reading W at once), square ones beyond
+        "h100": dict(small_m=dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, num_warps=4, num_stages=3),
+                     large_m=dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4)),
     },
 }
 

@@ -219,16 +219,19 @@ def int8_matmul_kernel(x_ptr, data_ptr, scale_ptr, y_ptr, M, N, K, stride_xm, st
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
+    rb = tl.arange(0, BLOCK_K // 32)  # the blocks of 32 a step covers
     rows_x = rm.to(tl.int64)[:, None] * stride_xm
     rows_w = rn.to(tl.int64)[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + rk
         x = tl.load(x_ptr + rows_x + k[None, :], mask=(rm[:, None] < M) & (k[None, :] < K), other=0.0)
-        in_w = (k[:, None] < K) & (rn[None, :] < N)
-        q = tl.load(data_ptr + rows_w * K + k[:, None], mask=in_w, other=0)  # a [BLOCK_K, BLOCK_N] tile of Ŵᵀ
-        d = tl.load(scale_ptr + rows_w * (K // 32) + (k // 32)[:, None], mask=in_w, other=0.0)
-        w = (q.to(tl.float32) * d.to(tl.float32)).to(x.dtype)
+        q = tl.load(data_ptr + rows_w * K + k[:, None], mask=(k[:, None] < K) & (rn[None, :] < N), other=0)
+        b = k0 // 32 + rb  # one scale per block: a [BLOCK_K / 32, BLOCK_N] tile, broadcast over its 32 codes
+        d = tl.load(scale_ptr + rows_w * (K // 32) + b[:, None], mask=(b[:, None] < K // 32) & (rn[None, :] < N),
+                    other=0.0)
+        w = tl.reshape(q.to(tl.float32), (BLOCK_K // 32, 32, BLOCK_N)) * d.to(tl.float32)[:, None, :]
+        w = tl.reshape(w, (BLOCK_K, BLOCK_N)).to(x.dtype)  # a tile of Ŵᵀ, rounded as dequantize would
         if IEEE:
             acc += tl.dot(x, w, input_precision="ieee")
         else:
