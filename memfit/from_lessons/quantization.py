@@ -299,7 +299,7 @@ class AdamW8bit(torch.optim.Optimizer):
     The update runs in fp32, `chunk` values at a time."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, min_8bit_size=4096,
-                 chunk=1 << 16):
+                 chunk=1 << 22):
         if lr < 0 or eps <= 0 or not all(0.0 <= b < 1.0 for b in betas) or weight_decay < 0:
             raise ValueError(f"invalid AdamW8bit hyperparameters: lr={lr}, betas={betas}, eps={eps}, "
                              f"weight_decay={weight_decay}")
