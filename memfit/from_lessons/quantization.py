@@ -75,6 +75,14 @@ def round_half_away(v):
     return tl.where(v >= 0, tl.floor(v + 0.5), -tl.floor(0.5 - v))
 
 
+def launch_blocks(kernel, blocks: int, *args) -> None:
+    """Launch a block-format kernel over `blocks` blocks of 32: memfit.hardware's "quant_blocks" config gives
+    BLOCKS (blocks per program) and num_warps."""
+    if blocks:
+        cfg = _config("quant_blocks")
+        kernel[(triton.cdiv(blocks, cfg["BLOCKS"]),)](*args, **cfg)
+
+
 def empty_quantized(x: torch.Tensor, fmt: str) -> Quantized:
     """Uninitialized codes and scales for x in format fmt."""
     blocks = triton.cdiv(x.numel(), QK)
@@ -114,11 +122,7 @@ def quantize_q8_0(w: torch.Tensor) -> Quantized:
     check_float_tensor(w, "the tensor to quantize")
     flat = w.reshape(-1)
     qt = empty_quantized(w, "q8_0")
-    blocks = qt.scales.numel()
-    if blocks:
-        cfg = _config("quant_blocks")
-        q8_0_quantize_kernel[(triton.cdiv(blocks, cfg["BLOCKS"]),)](flat, qt.data, qt.scales, flat.numel(), blocks,
-                                                                    **cfg)
+    launch_blocks(q8_0_quantize_kernel, qt.scales.numel(), flat, qt.data, qt.scales, flat.numel(), qt.scales.numel())
     return qt
 
 
@@ -126,10 +130,7 @@ def dequantize_q8_0(qt: Quantized) -> torch.Tensor:
     """The tensor a Q8_0 Quantized stands for, in its original shape and dtype."""
     check_quantized(qt, "q8_0")
     out = torch.empty(qt.shape, dtype=qt.dtype, device=qt.data.device)
-    blocks = qt.scales.numel()
-    if blocks:
-        cfg = _config("quant_blocks")
-        q8_0_dequantize_kernel[(triton.cdiv(blocks, cfg["BLOCKS"]),)](qt.data, qt.scales, out, qt.numel, **cfg)
+    launch_blocks(q8_0_dequantize_kernel, qt.scales.numel(), qt.data, qt.scales, out, qt.numel)
     return out
 
 
@@ -173,11 +174,7 @@ def quantize_q4_0(w: torch.Tensor) -> Quantized:
     check_float_tensor(w, "the tensor to quantize")
     flat = w.reshape(-1)
     qt = empty_quantized(w, "q4_0")
-    blocks = qt.scales.numel()
-    if blocks:
-        cfg = _config("quant_blocks")
-        q4_0_quantize_kernel[(triton.cdiv(blocks, cfg["BLOCKS"]),)](flat, qt.data, qt.scales, flat.numel(), blocks,
-                                                                    **cfg)
+    launch_blocks(q4_0_quantize_kernel, qt.scales.numel(), flat, qt.data, qt.scales, flat.numel(), qt.scales.numel())
     return qt
 
 
@@ -185,10 +182,7 @@ def dequantize_q4_0(qt: Quantized) -> torch.Tensor:
     """The tensor a Q4_0 Quantized stands for, in its original shape and dtype."""
     check_quantized(qt, "q4_0")
     out = torch.empty(qt.shape, dtype=qt.dtype, device=qt.data.device)
-    blocks = qt.scales.numel()
-    if blocks:
-        cfg = _config("quant_blocks")
-        q4_0_dequantize_kernel[(triton.cdiv(blocks, cfg["BLOCKS"]),)](qt.data, qt.scales, out, qt.numel, **cfg)
+    launch_blocks(q4_0_dequantize_kernel, qt.scales.numel(), qt.data, qt.scales, out, qt.numel)
     return out
 
 
