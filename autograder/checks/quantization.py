@@ -54,6 +54,11 @@ def weights(kind: str, shape, seed: int) -> torch.Tensor:
     return w.view(shape)
 
 
+def in_blocks(flat: torch.Tensor, block: int = QK) -> torch.Tensor:
+    """A flat tensor padded with zeros to whole blocks, viewed as (blocks, block)."""
+    return torch.nn.functional.pad(flat, (0, (-flat.numel()) % block)).view(-1, block)
+
+
 def decode(fmt: str, data: torch.Tensor, scales: torch.Tensor, n: int) -> torch.Tensor:
     """The check's own decoder: float64 values of a Q8_0 / Q4_0 tensor, flattened."""
     d = scales.double()[:, None]
@@ -68,8 +73,7 @@ def decode(fmt: str, data: torch.Tensor, scales: torch.Tensor, n: int) -> torch.
 def _expected_scales(fmt: str, w: torch.Tensor) -> torch.Tensor:
     """|d| per block as the format defines it: fp16(absmax / 127) for Q8_0, fp16(absmax / 8) for Q4_0."""
     flat = w.detach().reshape(-1).float().cpu()
-    blocks = torch.nn.functional.pad(flat, (0, (-flat.numel()) % QK)).view(-1, QK)
-    absmax = blocks.abs().amax(dim=1)
+    absmax = in_blocks(flat).abs().amax(dim=1)
     return (absmax / (127 if fmt == "q8_0" else 8)).half()
 
 
@@ -184,8 +188,7 @@ def check_q4_0(quantize_q4_0, dequantize_q4_0, cases: str = "visible") -> None:
 def reference_q8_0(w: torch.Tensor):
     """The check's own Q8_0 of w, as a Quantized (the lesson's given container)."""
     flat = w.detach().reshape(-1).float().cpu()
-    n = flat.numel()
-    blocks = torch.nn.functional.pad(flat, (0, (-n) % QK)).view(-1, QK)
+    blocks = in_blocks(flat)
     d = (blocks.abs().amax(dim=1) / 127).half()
     d32 = d.float()[:, None]
     ratio = torch.where(d32 > 0, blocks / torch.where(d32 > 0, d32, 1.0), 0.0)
@@ -266,11 +269,16 @@ def check_int8_matmul_memory(int8_weight_matmul, cases: str = "visible") -> None
 
 # ------------------------------------------------------------------------------ 8-bit optimizer states
 
-def _nearest_distance(code: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """Distance from each r to the nearest level of the sorted code (float64)."""
+def _nearest_level(code: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """The level of the sorted code nearest to each r (float64; ties to the lower level)."""
     levels = code.double()
     j = torch.searchsorted(levels, r).clamp(1, levels.numel() - 1)
-    return torch.minimum((levels[j] - r).abs(), (levels[j - 1] - r).abs())
+    lo, hi = levels[j - 1], levels[j]
+    return torch.where((hi - r).abs() < (r - lo).abs(), hi, lo)
+
+
+def _nearest_distance(code: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    return (_nearest_level(code, r) - r).abs()
 
 
 def _check_state_codes(codes, absmax, exact: torch.Tensor, code: torch.Tensor, what: str, block: int = 256) -> None:
@@ -284,7 +292,7 @@ def _check_state_codes(codes, absmax, exact: torch.Tensor, code: torch.Tensor, w
         raise CheckFailed(f"{what}: absmax should be fp32 with one value per block of {block}: {blocks}, got "
                           f"{getattr(absmax, 'dtype', type(absmax).__name__)} with "
                           f"{getattr(absmax, 'numel', lambda: '?')()}")
-    padded = torch.nn.functional.pad(exact, (0, (-n) % block)).view(-1, block)
+    padded = in_blocks(exact, block)
     ref_absmax = padded.abs().amax(dim=1)
     got_absmax = absmax.detach().double().cpu().reshape(-1)
     if ((got_absmax - ref_absmax).abs() > 1e-6 * ref_absmax + 1e-30).any():
@@ -297,8 +305,8 @@ def _check_state_codes(codes, absmax, exact: torch.Tensor, code: torch.Tensor, w
     if (gap > 2e-6).any():
         i = int(gap.argmax())
         raise CheckFailed(f"{what}: value {i} / its block's absmax is {r[i].item():.6g}; its code stands for "
-                          f"{levels[i].item():.6g}, but the level {r[i].item() - _nearest_distance(code, r)[i].item():.6g} "
-                          "or its mirror is nearer: store the index of the nearest level")
+                          f"{levels[i].item():.6g}, but the level {_nearest_level(code, r[i:i + 1]).item():.6g} is "
+                          "nearer: store the index of the nearest level")
 
 
 BLOCKWISE_VISIBLE = [("heavy", 1000, True), ("gaussian", 256, False), ("blocky", 300, True)]
@@ -323,8 +331,7 @@ def check_blockwise(quantize_blockwise, dequantize_blockwise, cases: str = "visi
         _check_state_codes(codes, absmax, x.double().cpu(), code, what)
         what = what.replace("quantize", "dequantize", 1)
         values = call_learner(dequantize_blockwise, codes, absmax, code.to(memfit.DEVICE), what=what)
-        exact = (code.double()[codes.cpu().long()] * torch.nn.functional.pad(
-            absmax.double().cpu(), (0, 0)).repeat_interleave(256)[:n]).reshape(-1)
+        exact = code.double()[codes.cpu().long()] * absmax.double().cpu().repeat_interleave(256)[:n]
         if not isinstance(values, torch.Tensor) or values.dtype != torch.float32 or values.numel() != n:
             raise CheckFailed(f"{what}: should return {n} fp32 values, got "
                               f"{getattr(values, 'dtype', type(values).__name__)}")
@@ -360,16 +367,10 @@ def _simulate(params, steps: int, code_m, code_v, block=256, min_8bit=4096):
     vs = [torch.zeros_like(p) for p in ps]
 
     def rounded(x, code):
-        flat = x.reshape(-1)
-        n = flat.numel()
-        padded = torch.nn.functional.pad(flat, (0, (-n) % block)).view(-1, block)
+        padded = in_blocks(x.reshape(-1), block)
         absmax = padded.abs().amax(dim=1)
-        r = padded / torch.where(absmax > 0, absmax, 1.0)[:, None]
-        levels = code.double()
-        j = torch.searchsorted(levels, r.reshape(-1)).clamp(1, levels.numel() - 1)
-        lo, hi = levels[j - 1], levels[j]
-        nearest = torch.where((hi - r.reshape(-1)).abs() < (r.reshape(-1) - lo).abs(), hi, lo)
-        return (nearest.view(-1, block) * absmax[:, None]).reshape(-1)[:n].view_as(x)
+        nearest = _nearest_level(code, (padded / torch.where(absmax > 0, absmax, 1.0)[:, None]).reshape(-1))
+        return (nearest.view(-1, block) * absmax[:, None]).reshape(-1)[:x.numel()].view_as(x)
 
     for t in range(1, steps + 1):
         for i, p in enumerate(ps):
