@@ -121,6 +121,13 @@ def _flash_tiles(cpu: tuple, d64: tuple, d128: tuple, h100: tuple) -> dict[str, 
     return dict(cpu=dict(d64=tiles(*cpu), d128=tiles(*cpu)), h100=dict(d64=tiles(*h100), d128=tiles(*h100)), **small)
 
 
+def _int8_tiles(small: tuple, large: tuple) -> dict[str, dict]:
+    """Lesson 07's matmul rows: the "small_m" and "large_m" variants from (BLOCK_M, BLOCK_N, BLOCK_K, num_warps,
+    num_stages)."""
+    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+    return dict(small_m=dict(zip(keys, small)), large_m=dict(zip(keys, large)))
+
+
 KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
     "scaled_add": {
         "cpu": dict(BLOCK=1024, num_warps=4),
@@ -170,18 +177,12 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
     # BLOCK_K (a multiple of 32) along K. "small_m" for up to 32 rows of x (decoding: the weight's bytes are the
     # time), "large_m" beyond. t4/v100: fit 64 and 96 KiB in fp32 on two stages (make test compiles them).
     "int8_matmul": {
-        "cpu": dict(small_m=dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1),
-                    large_m=dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)),
-        "t4": dict(small_m=dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=2),
-                   large_m=dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=2)),
-        "v100": dict(small_m=dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=2),
-                     large_m=dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=2)),
-        "gpu": dict(small_m=dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3),
-                    large_m=dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=3)),
+        "cpu": _int8_tiles(small=(16, 32, 64, 4, 1), large=(32, 32, 64, 4, 1)),
+        **{card: _int8_tiles(small=(16, 64, 128, 4, 2), large=(64, 64, 64, 4, 2)) for card in ("t4", "v100")},
+        "gpu": _int8_tiles(small=(16, 64, 128, 4, 3), large=(128, 128, 64, 4, 3)),
         # the H100 sweep (benchmarks/quantization.py --sweep, Llama-3-8B shapes, fp16): narrow tiles for few rows
         # (more programs reading W at once), square ones beyond
-        "h100": dict(small_m=dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, num_warps=4, num_stages=3),
-                     large_m=dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4)),
+        "h100": _int8_tiles(small=(16, 32, 256, 4, 3), large=(128, 128, 64, 4, 4)),
     },
 }
 

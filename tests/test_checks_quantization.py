@@ -90,17 +90,13 @@ def test_convergence_rejects_an_optimizer_without_bias_correction():
         checks.check_adamw8bit_convergence(mutants.adam_no_bias_correction)
 
 
-@pytest.mark.parametrize("check, right", [
-    (checks.check_q4_0, (mutants.q4_quantize, mutants.q4_dequantize)),
-    (checks.check_adamw8bit_step, (mutants.adam_right_by_subclass,)),
+# A PyTorch-written Q4_0 is right in its numbers (only the visible part's no-PyTorch rule rejects it): hidden cases.
+@pytest.mark.parametrize("check, right, cases", [
+    (checks.check_q4_0, (mutants.q4_quantize, mutants.q4_dequantize), "hidden"),
+    (checks.check_adamw8bit_step, (mutants.adam_right_by_subclass,), "all"),
 ], ids=["q4_0 in another form", "adamw8bit by subclass"])
-def test_right_alternatives_pass(check, right):
-    check(*right, cases="all") if check is not checks.check_q4_0 else _q4_hidden_only(*right)
-
-
-def _q4_hidden_only(quantize, dequantize):
-    """PyTorch-written Q4_0 is right in its numbers; only the visible part's no-PyTorch rule rejects it."""
-    checks.check_q4_0(quantize, dequantize, cases="hidden")
+def test_right_alternatives_pass(check, right, cases):
+    check(*right, cases=cases)
 
 
 def test_stubs_are_reported_not_implemented():
