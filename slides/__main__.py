@@ -1,0 +1,5 @@
+import sys
+
+from slides.build import main
+
+sys.exit(main())

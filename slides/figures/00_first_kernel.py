@@ -1,0 +1,101 @@
+"""Lesson 00's deck: the hardware profiles, counting bytes with the lesson's bytes_of, the masked launch,
+the memory meter on the lesson's scaled_add, and the H100 bandwidth record."""
+from __future__ import annotations
+
+import functools
+
+import matplotlib.patches as patches
+
+from slides.figures import COLORS, figure, gib, lesson, markdown_table, measured_on, record, source
+
+
+@functools.cache
+def _meter() -> dict:
+    """PyTorch's x + 0.5 * y against the lesson's scaled_add, on the course's memory meter, here and now."""
+    import memfit
+    import torch
+    ref = lesson("00_first_kernel")
+    n = memfit.size("first_kernel")["n_demo"]
+    x, y = torch.randn(n, device=memfit.DEVICE), torch.randn(n, device=memfit.DEVICE)
+    _, eager = memfit.measure_peak(lambda: x + 0.5 * y)
+    _, fused = memfit.measure_peak(lambda: ref.scaled_add(x, y, 0.5))
+    return {"n": n, "output": ref.bytes_of(x.shape, x.dtype), "eager": eager.peak_bytes, "fused": fused.peak_bytes}
+
+
+def facts() -> dict[str, str]:
+    import torch
+    from memfit.hardware import KNOWN_GPUS, KiB, config, profile_for
+    bytes_of = lesson("00_first_kernel").bytes_of
+    embed = bytes_of((128256, 4096), torch.bfloat16)
+    rows = [["`cpu`", "a laptop", "—", "—", "fp32, fp16", "interpreter, live-tensor meter"]]
+    for name, spec in KNOWN_GPUS.items():
+        prof = profile_for(name)
+        rows.append([f"`{name}`", spec["gpu_name"], f"sm_{spec['capability'][0]}{spec['capability'][1]}",
+                     f"{spec['shared_memory_per_block'] // KiB} KiB",
+                     ", ".join(str(d).replace("torch.", "").replace("float", "fp").replace("bfp16", "bf16")
+                               for d in prof.dtypes), "compiled, CUDA allocator"])
+    bench = record("first_kernel")
+    table = bench["first_kernel"]
+    bench_rows = [[r["impl"], r["dtype"].replace("float", "fp").replace("bfp16", "bf16"), f"{r['ms']:.3f}",
+                   f"{r['tbps']:.2f}", f"{100 * r['of_copy_ceiling']:.0f}%", f"{r['peak_extra_mib']:,.0f}"]
+                  for r in table["rows"]]
+    meter = _meter()
+    ours = next(r for r in table["rows"] if r["impl"].startswith("reference") and r["dtype"] == "float32")
+    eager = next(r for r in table["rows"] if r["impl"].startswith("eager") and r["dtype"] == "float32")
+    cfg = config("scaled_add", profile_for("t4"))
+    return {
+        "profiles_table": markdown_table(["profile", "card", "arch", "shared mem / block", "dtypes", "kernels, memory"],
+                                         rows),
+        "embed_bytes": f"{embed:,}", "embed_gb": f"{embed / 1e9:.2f} GB", "embed_gib": gib(embed, 2),
+        "block": str(cfg["BLOCK"]), "warps": str(cfg["num_warps"]),
+        "meter_n": f"{meter['n']:,}", "meter_output": f"{meter['output'] / 2**10:,.0f} KiB",
+        "meter_eager": f"{meter['eager'] / 2**10:,.0f} KiB", "meter_fused": f"{meter['fused'] / 2**10:,.0f} KiB",
+        "meter_ratio": f"{meter['eager'] / meter['fused']:.1f}",
+        "meter_where": measured_on(),
+        "bench_table": markdown_table(["implementation", "dtype", "ms", "TB/s", "of copy", "peak extra MiB"],
+                                      bench_rows),
+        "bench_source": source(bench),
+        "copy_ceiling": f"{table['copy_ceiling_tbps']:.2f} TB/s",
+        "ours_tbps": f"{ours['tbps']:.2f} TB/s", "ours_share": f"{100 * ours['of_copy_ceiling']:.0f}%",
+        "eager_tbps": f"{eager['tbps']:.2f} TB/s", "eager_share": f"{100 * eager['of_copy_ceiling']:.0f}%",
+    }
+
+
+def fig_masked_blocks():
+    """n = 17 elements with BLOCK = 8: three programs, the last one masked past n."""
+    n, block = 17, 8
+    programs = -(-n // block)
+    fig, ax = figure(figsize=(10, 2.6))
+    ax.grid(False)
+    for i in range(programs * block):
+        inside = i < n
+        color = [COLORS["params"], COLORS["grads"], COLORS["optimizer"]][i // block]
+        ax.add_patch(patches.Rectangle((i, 0), 0.92, 1, facecolor=color if inside else "white",
+                                       edgecolor=color, hatch=None if inside else "//", alpha=0.85 if inside else 1))
+        ax.text(i + 0.46, 0.5, str(i), ha="center", va="center", fontsize=11, color="white" if inside else color)
+    for p in range(programs):
+        ax.annotate(f"program {p}: offsets {p * block}…{p * block + block - 1}", (p * block + block / 2, 1.15),
+                    ha="center", fontsize=13)
+    ax.annotate(f"mask = offsets < n  (n = {n}): {programs * block - n} lanes off", (n + (programs * block - n) / 2, -0.45),
+                ha="center", fontsize=13, color=COLORS["activations"])
+    ax.set_xlim(-0.3, programs * block + 0.3)
+    ax.set_ylim(-0.8, 1.6)
+    ax.axis("off")
+    return fig
+
+
+def fig_bandwidth():
+    """The recorded H100 run: TB/s of each implementation against the measured copy ceiling."""
+    bench = record("first_kernel")
+    table = bench["first_kernel"]
+    rows = [r for r in table["rows"] if r["dtype"] == "float32"]
+    fig, ax = figure(figsize=(8.5, 4.0))
+    names = [r["impl"].replace(" (Triton)", "\n(Triton)").replace("eager ", "eager\n") for r in rows]
+    colors = [COLORS["ours"] if r["impl"].startswith("reference") else COLORS["peer"] for r in rows]
+    ax.barh(names, [r["tbps"] for r in rows], color=colors)
+    ax.axvline(table["copy_ceiling_tbps"], color=COLORS["activations"], ls="--")
+    ax.text(table["copy_ceiling_tbps"], len(rows) - 0.4, " copy ceiling", color=COLORS["activations"], va="center")
+    ax.invert_yaxis()
+    ax.set_xlabel("TB/s moved (read x, read y, write out), fp32, 1 GiB per tensor")
+    ax.set_title(bench["device"])
+    return fig

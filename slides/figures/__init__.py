@@ -1,0 +1,85 @@
+"""What a deck shows: slides/figures/<deck>.py gives facts() (name -> text for {{ name }}) and fig_NAME()
+(a matplotlib Figure for fig:NAME). Both compute from the course's own code (memfit, memfit.from_lessons: the
+lessons' reference solutions) or read a recorded run under benchmarks/results/ through record(); nothing is typed in.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+# One look for every deck's charts: large type for a projector, the course's four colours.
+COLORS = {"params": "#4C72B0", "grads": "#DD8452", "optimizer": "#55A868", "activations": "#C44E52",
+          "ours": "#8172B3", "peer": "#937860", "neutral": "#8C8C8C"}
+STYLE = {"figure.figsize": (8.0, 4.2), "font.size": 15, "axes.titlesize": 16, "axes.labelsize": 15,
+         "legend.fontsize": 13, "xtick.labelsize": 13, "ytick.labelsize": 13, "axes.spines.top": False,
+         "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3, "svg.hashsalt": "memfit",
+         "svg.fonttype": "path"}
+
+
+def figure(**kwargs):
+    """plt.subplots in the decks' style: fig, ax (or axes)."""
+    with plt.rc_context(STYLE):
+        return plt.subplots(**kwargs)
+
+
+@functools.cache
+def record(name: str) -> dict:
+    """The newest recorded run under benchmarks/results/ that holds lesson benchmark `name` (e.g. "first_kernel"),
+    with the run's device facts merged in: {"device", "torch", "triton", "date", "path", name: {...}}."""
+    found = []
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        body = data.get(name, data.get("lessons", {}).get(name))
+        if body is not None:
+            found.append((data.get("date", ""), path.name, data, body))
+    if not found:
+        raise FileNotFoundError(f"no record under benchmarks/results/ holds {name!r}: run `python -m benchmarks.{name}` "
+                                f"on a GPU (make bench) to record one")
+    date, filename, data, body = max(found, key=lambda f: (f[0], f[1]))
+    facts = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    return {**facts, "path": f"benchmarks/results/{filename}", name: body}
+
+
+def source(rec: dict) -> str:
+    """The line under a measured figure: device, versions, date and the record's path."""
+    return (f"{rec['device']}, torch {rec['torch']}, triton {rec['triton']}, {rec['date']}: "
+            f"{rec['path']}")
+
+
+def gib(n_bytes: float, digits: int = 1) -> str:
+    return f"{n_bytes / 2**30:,.{digits}f} GiB"
+
+
+def gb(n_bytes: float, digits: int = 1) -> str:
+    return f"{n_bytes / 1e9:,.{digits}f} GB"
+
+
+@functools.cache
+def lesson(name: str):
+    """A lesson's reference solution as a module, loaded from solutions/<name>.ipynb (graded cells only, no demos):
+    the deck runs the very code the lesson teaches."""
+    from autograder.notebook_loader import load_solution
+    return load_solution(name)
+
+
+def measured_on() -> str:
+    """Where make slides ran, for numbers it measures itself (the memory meter on this machine)."""
+    import memfit
+    import torch
+    prof = memfit.profile()
+    where = prof.gpu_name if prof.is_gpu else "a CPU (live-tensor meter, Triton interpreter)"
+    return f"measured by make slides on {where}, torch {torch.__version__}"
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

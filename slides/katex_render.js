@@ -1,0 +1,17 @@
+// Render [[tex, display], ...] (JSON on stdin) with KaTeX; print [{html} | {error}, ...]. Called by slides/build.py
+// so the decks carry finished math and load no script to typeset it.
+const katex = require(process.argv[2]);
+let input = "";
+process.stdin.on("data", (chunk) => { input += chunk; });
+process.stdin.on("end", () => {
+  const out = JSON.parse(input).map(([tex, display]) => {
+    try {
+      // The MathML copy (for screen readers) needs no xmlns inside HTML: drop it, so the deck names no URL.
+      const html = katex.renderToString(tex, { displayMode: display, throwOnError: true });
+      return { html: html.replaceAll(' xmlns="http://www.w3.org/1998/Math/MathML"', "") };
+    } catch (e) {
+      return { error: String(e.message) };
+    }
+  });
+  process.stdout.write(JSON.stringify(out));
+});
