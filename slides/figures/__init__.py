@@ -31,17 +31,19 @@ def figure(**kwargs):
 
 
 @functools.cache
-def record(name: str) -> dict:
+def record(name: str, file: str = "") -> dict:
     """The newest recorded run under benchmarks/results/ that holds lesson benchmark `name` (e.g. "first_kernel"),
-    with the run's device facts merged in: {"device", "torch", "triton", "date", "path", name: {...}}."""
+    with the run's device facts merged in: {"device", "torch", "triton", "date", "path", name: {...}}.
+    file: only records whose file name contains this (e.g. "h100", "sweep"), when several runs hold `name`."""
     found = []
-    for path in sorted(RESULTS.glob("*.json")):
+    for path in sorted(RESULTS.glob(f"*{file}*.json")):
         data = json.loads(path.read_text())
         body = data.get(name, data.get("lessons", {}).get(name))
         if body is not None:
             found.append((data.get("date", ""), path.name, data, body))
     if not found:
-        raise FileNotFoundError(f"no record under benchmarks/results/ holds {name!r}: run `python -m benchmarks.{name}` "
+        raise FileNotFoundError(f"no record under benchmarks/results/ holds {name!r}"
+                                f"{f' in a file named *{file}*' if file else ''}: run `python -m benchmarks.{name}` "
                                 f"on a GPU (make bench) to record one")
     date, filename, data, body = max(found, key=lambda f: (f[0], f[1]))
     facts = {k: v for k, v in data.items() if not isinstance(v, dict)}
