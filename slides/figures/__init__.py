@@ -36,7 +36,7 @@ def record(name: str, file: str = "") -> dict:
     with the run's device facts merged in: {"device", "torch", "triton", "date", "path", name: {...}}.
     file: only records whose file name contains this (e.g. "h100", "sweep"), when several runs hold `name`."""
     found = []
-    for path in sorted(RESULTS.glob(f"*{file}*.json")):
+    for path in sorted(p for p in RESULTS.glob("*.json") if file in p.name):
         data = json.loads(path.read_text())
         body = data.get(name, data.get("lessons", {}).get(name))
         if body is not None:
