@@ -1,5 +1,6 @@
 # Fitting LLM training into GPU memory: the course's commands.
-#   make lab | test | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [WORKERS=N] | lessons | bench | clean
+#   make lab | test | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [WORKERS=N] | lessons | slides [DECKS="..."] | test-slides
+#   | bench | clean
 #   make zero-torchrun [NPROC=2] [STAGE=3] [OPTIMIZER=lessons/03_zero.ipynb::ZeroAdamW]   (lesson 03 under torchrun)
 # The first use of any target creates .venv with the pinned packages of requirements.txt.
 # On a machine that already has torch and triton (a lent GPU box, a conda env), skip the venv:
@@ -22,7 +23,16 @@ SUBMISSIONS ?=
 WORKERS ?= 0
 GRADE_SOURCE := $(if $(SUBMISSIONS),--submissions $(SUBMISSIONS),--notebooks $(or $(NOTEBOOKS),lessons))
 
-.PHONY: env lab test grade lessons bench zero-torchrun clean
+# The decks (make slides, make test-slides) also need Playwright (requirements-slides.txt), npm once (reveal.js and
+# KaTeX, slides/package-lock.json) and Chromium. make test installs Playwright when Chromium is present; without
+# Chromium the browser tests skip (under CI they fail: .ci/run installs Chromium).
+SLIDES_OK  := $(VENV)/.slides-installed
+SLIDES_DEP := $(if $(ENV_DEP),$(SLIDES_OK))
+CHROMIUM   := $(or $(CHROMIUM),$(shell command -v chromium || command -v chromium-browser || command -v google-chrome))
+TEST_DEP   := $(ENV_DEP) $(if $(CHROMIUM),$(SLIDES_DEP))
+DECKS ?=
+
+.PHONY: env lab test grade lessons slides test-slides bench zero-torchrun clean
 
 env: $(ENV_DEP)
 
@@ -32,11 +42,21 @@ $(ENV_OK): requirements.txt pyproject.toml
 	$(VENV)/bin/pip install -q --no-deps -e . 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 	$(VENV)/bin/python -c "import memfit, torch, triton, nbgrader" && touch $@
 
+$(SLIDES_OK): requirements-slides.txt $(ENV_OK)
+	$(VENV)/bin/pip install -q -r requirements-slides.txt 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+	$(VENV)/bin/python -c "import playwright.sync_api" && touch $@
+
 lab: $(ENV_DEP)
 	$(RUN) -m jupyter lab lessons/
 
-test: $(ENV_DEP)
+test: $(TEST_DEP)
 	$(RUN) -m pytest tests -q -ra
+
+slides: $(ENV_DEP) $(SLIDES_DEP)
+	$(RUN) -m slides $(DECKS)
+
+test-slides: $(ENV_DEP) $(SLIDES_DEP)
+	$(RUN) -m pytest tests/test_slides.py -q -ra
 
 grade: $(ENV_DEP)
 	$(RUN) -m autograder $(GRADE_SOURCE) --workers $(WORKERS)
@@ -54,5 +74,5 @@ zero-torchrun: $(ENV_DEP)
 	$(RUN) -m torch.distributed.run --standalone --nproc-per-node $(NPROC) -m memfit.zero --stage $(STAGE) --optimizer $(OPTIMIZER)
 
 clean:
-	rm -rf build grades .pytest_cache
+	rm -rf build grades .pytest_cache slides/build
 	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -101,21 +101,24 @@ def to_html(deck: Deck, figure_src: dict[str, str], render_math, footer: str = "
             return f"MATHTOKEN{len(formulas) - 1}X"
         return MATH.sub(token, text)
 
-    def figure(m: re.Match) -> str:
-        alt, name = m.group(1), m.group(2)
-        return f'<img class="figure" src="{figure_src[name]}" alt="{html.escape(alt)}">'
+    def figures(text: str) -> str:
+        # Markdown's own image syntax, pointed at the built SVG (an <img> put in before Markdown would open an
+        # HTML block that swallows the lines below it); the class is added after.
+        return FIGURE.sub(lambda m: f"![{m.group(1)}]({figure_src[m.group(2)]})", text)
+
+    def markdown(text: str) -> str:
+        return _markdown(figures(protect(text))).replace('<img src="assets/', '<img class="figure" src="assets/')
 
     for slide in deck.slides:
         columns = COLUMN_BREAK.split(slide.body)
         if len(columns) > 1:
             # the heading (if the slide starts with one) stays above both columns
             head, _, first = columns[0].partition("\n") if columns[0].lstrip().startswith("#") else ("", "", columns[0])
-            cells = "".join(f'<div class="column">{_markdown(FIGURE.sub(figure, protect(c)))}</div>'
-                            for c in [first, *columns[1:]])
-            body = _markdown(protect(head)) + f'<div class="columns">{cells}</div>'
+            cells = "".join(f'<div class="column">{markdown(c)}</div>' for c in [first, *columns[1:]])
+            body = markdown(head) + f'<div class="columns">{cells}</div>'
         else:
-            body = _markdown(FIGURE.sub(figure, protect(slide.body)))
-        notes = f'<aside class="notes">{_markdown(protect(slide.notes))}</aside>' if slide.notes else ""
+            body = markdown(slide.body)
+        notes = f'<aside class="notes">{markdown(slide.notes)}</aside>' if slide.notes else ""
         foot = f'<div class="slide-footer">{html.escape(footer)}</div>' if footer else ""
         pieces.append(f'<section data-slide="{slide.number}">\n{body}{foot}{notes}</section>')
     rendered = render_math(formulas) if formulas else []
