@@ -6,9 +6,10 @@ process.stdin.on("data", (chunk) => { input += chunk; });
 process.stdin.on("end", () => {
   const out = JSON.parse(input).map(([tex, display]) => {
     try {
-      // The MathML copy (for screen readers) needs no xmlns inside HTML: drop it, so the deck names no URL.
+      // Inside HTML, <math> (KaTeX's copy for screen readers) and <svg> (its stretchy braces) need no xmlns:
+      // drop the namespaces, so the deck names no URL at all.
       const html = katex.renderToString(tex, { displayMode: display, throwOnError: true });
-      return { html: html.replaceAll(' xmlns="http://www.w3.org/1998/Math/MathML"', "") };
+      return { html: html.replace(/ xmlns="http:\/\/www\.w3\.org\/[^"]*"/g, "") };
     } catch (e) {
       return { error: String(e.message) };
     }

@@ -34,7 +34,7 @@ def facts() -> dict[str, str]:
                      f"{spec['shared_memory_per_block'] // KiB} KiB",
                      ", ".join(str(d).replace("torch.", "").replace("float", "fp").replace("bfp16", "bf16")
                                for d in prof.dtypes), "compiled, CUDA allocator"])
-    bench = record("first_kernel")
+    bench = record("first_kernel", file="h100")
     table = bench["first_kernel"]
     bench_rows = [[r["impl"], r["dtype"].replace("float", "fp").replace("bfp16", "bf16"), f"{r['ms']:.3f}",
                    f"{r['tbps']:.2f}", f"{100 * r['of_copy_ceiling']:.0f}%", f"{r['peak_extra_mib']:,.0f}"]
@@ -86,7 +86,7 @@ def fig_masked_blocks():
 
 def fig_bandwidth():
     """The recorded H100 run: TB/s of each implementation against the measured copy ceiling."""
-    bench = record("first_kernel")
+    bench = record("first_kernel", file="h100")
     table = bench["first_kernel"]
     rows = [r for r in table["rows"] if r["dtype"] == "float32"]
     fig, ax = figure(figsize=(8.5, 4.0))

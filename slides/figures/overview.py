@@ -81,7 +81,7 @@ def facts() -> dict[str, str]:
     cut_rows = [[lesson, technique, cut, _size(before), _size(after), f"{before / after:,.0f}×"]
                 for lesson, technique, cut, before, after in _cuts()]
     points = _points()
-    first = record("first_kernel")
+    first = record("first_kernel", file="h100")
     ours = next(r for r in first["first_kernel"]["rows"] if r["impl"].startswith("reference"))
     acts = record("activations")
     flce = record("fused_linear_ce")

@@ -1,0 +1,527 @@
+"""Lesson 01's deck: exact parameter counts with the lesson's count_params, the bytes of every training recipe with
+its state_bytes, the lecture notes' 8B tally checked, a training step of the course GPT measured op by op on this
+machine, and what the recorded H100 run of the notebook saw between a prediction and nvidia-smi."""
+from __future__ import annotations
+
+import ast
+import functools
+import re
+import textwrap
+
+import matplotlib.patches as patches
+
+from slides.figures import COLORS, RESULTS, figure, gb, gib, lesson, markdown_table, measured_on, record, source
+
+LESSON = "01_model_states"
+
+# The lecture notes' tally (seeds 001 and 002), transcribed as the notes state it: for an "8B" model under mixed
+# precision with Adam, the bytes per parameter of each item, the overhead they add on top, and the total the lecture
+# quotes. The deck recomputes their sums and sets them against the lesson's exact count and recipes.
+NOTES_N = 8e9
+NOTES_ITEMS = [("fp16 weights", "params", 2), ("fp32 master copy", "master", 4), ("Adam m and v (fp32)", "states", 8),
+               ("fp32 gradients", "grads", 4)]
+NOTES_OVERHEAD = "10–20%"
+NOTES_QUOTED_BYTES_PER_PARAM = 16  # the lecture's "128 GB" for 8B parameters
+
+RECIPE_LABELS = {"fp32": "fp32", "amp": "amp (autocast)", "mixed": "mixed (Megatron)",
+                 "mixed_fp32_grads": "mixed + fp32 grads", "bf16": "bf16"}
+PHASE_COLORS = {"forward": COLORS["params"], "backward": COLORS["grads"], "optimizer": COLORS["optimizer"],
+                "idle": COLORS["neutral"]}
+
+
+def _ref():
+    return lesson(LESSON)
+
+
+def _b(n: float, digits: int = 2) -> str:
+    """A parameter count in billions."""
+    return f"{n / 1e9:.{digits}f}B"
+
+
+# ------------------------------------------------------------------------------------------ counting
+
+def _split(cfg) -> dict[str, int]:
+    """The parameters of a config by piece; the pieces must add up to the lesson's count_params."""
+    h, kv, L = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.n_layers
+    parts = {"embeddings + head": cfg.vocab_size * h * (1 if cfg.tie_embeddings else 2),
+             "attention": L * (h * (h + 2 * kv) + h * h), "MLP": L * 3 * h * cfg.ffn_hidden, "norms": (2 * L + 1) * h}
+    assert sum(parts.values()) == _ref().count_params(cfg), cfg.name
+    return parts
+
+
+@functools.cache
+def _meta_count(cfg) -> int:
+    """The real model built on PyTorch's meta device (shapes only): the count the grader holds answers to."""
+    import torch
+    from memfit.gpt import GPT, n_params
+    with torch.device("meta"):
+        return n_params(GPT(cfg))
+
+
+def _models():
+    from memfit.gpt import COURSE_CONFIGS, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_1_405B, LLAMA_3_2_1B
+    return [COURSE_CONFIGS["tiny"], COURSE_CONFIGS["small"], COURSE_CONFIGS["medium"], LLAMA_3_2_1B, LLAMA_3_1_8B,
+            LLAMA_3_1_70B, LLAMA_3_1_405B]
+
+
+# ------------------------------------------------------------------------------------------ bytes
+
+def _per_param(precision: str, optimizer: str = "adamw") -> dict[str, float]:
+    """Bytes per parameter of a recipe for Llama-3.1-8B, from the lesson's state_bytes; the optimizer's bytes split
+    into the fp32 master copy and the states (AdamW holds two states, SGD one: their difference is one state)."""
+    from memfit.gpt import LLAMA_3_1_8B
+    ref = _ref()
+    n = ref.count_params(LLAMA_3_1_8B)
+    got = {k: v / n for k, v in ref.state_bytes(n, precision, optimizer).items()}
+    one_state = (ref.state_bytes(n, precision, "adamw")["optimizer"] - ref.state_bytes(n, precision, "sgd")["optimizer"]) / n
+    master = ref.state_bytes(n, precision, "adamw")["optimizer"] / n - 2 * one_state
+    return {"params": got["params"], "grads": got["grads"], "master": master,
+            "states": got["optimizer"] - master, "total": sum(got.values())}
+
+
+def _total(n: int, precision: str, optimizer: str = "adamw") -> int:
+    return sum(_ref().state_bytes(n, precision, optimizer).values())
+
+
+# ------------------------------------------------------------------------------------------ measuring
+
+@functools.cache
+def _timelines():
+    """The lesson's demo, here and now: the course GPT at memfit.size("training_step"), amp + AdamW, the memory
+    after every op of its first and its second step."""
+    import memfit
+    from memfit.gpt import COURSE_CONFIGS
+    from memfit.training import Trainer, random_batch, timeline
+    sizes = memfit.size("training_step")
+    cfg = COURSE_CONFIGS[sizes["config"]]
+    trainer = Trainer(cfg, precision="amp", optimizer="adamw")
+    idx, targets = random_batch(cfg, sizes["batch"], sizes["seq"], trainer.device)
+    first = timeline(trainer, idx, targets)
+    second = timeline(trainer, idx, targets)
+    return {"cfg": cfg, "sizes": sizes, "first": first, "second": second, "n": _ref().count_params(cfg),
+            "held": trainer.state_bytes()}
+
+
+@functools.cache
+def _measured_states() -> list[dict]:
+    """What the trainer holds for each recipe PyTorch runs: weights and optimizer states after a step, gradients
+    after a backward pass (what the graded check compares with), against the lesson's state_bytes."""
+    from memfit.gpt import COURSE_CONFIGS, unique_parameters
+    from memfit.training import Trainer, random_batch
+    cfg = COURSE_CONFIGS["tiny"]
+    n = _ref().count_params(cfg)
+    rows = []
+    for precision in ("fp32", "amp", "bf16"):
+        for optimizer in ("adamw", "sgd"):
+            trainer = Trainer(cfg, precision, optimizer, device="cpu")
+            idx, targets = random_batch(cfg, 2, 16, trainer.device)
+            trainer.step(idx, targets)
+            with trainer.autocast():
+                loss = trainer.model(idx, targets)
+            loss.backward()
+            grads = sum(p.grad.numel() * p.grad.element_size() for p in unique_parameters(trainer.model))
+            held = trainer.state_bytes()
+            measured = {"params": held["params"], "grads": grads, "optimizer": held["optimizer"]}
+            rows.append({"precision": precision, "optimizer": optimizer, "measured": measured,
+                         "predicted": _ref().state_bytes(n, precision, optimizer)})
+            del trainer, loss
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ the recorded notebook run
+
+@functools.cache
+def _notebook_log() -> dict:
+    """Lesson 01's section of the newest recorded H100 run of the notebooks (a text log: make notebooks on a GPU),
+    with the numbers its GPU-only cells printed."""
+    logs = sorted(RESULTS.glob("*h100*notebooks.txt"))
+    if not logs:
+        raise FileNotFoundError("no *h100*notebooks.txt under benchmarks/results/: run the notebooks on an H100")
+    path = logs[-1]
+    text = path.read_text()
+    section = re.search(r"ran top to bottom[^\n]*\n(.*?solutions/01_model_states\.ipynb: ran top to bottom[^\n]*)",
+                        text, re.S)
+    if section is None:
+        raise ValueError(f"{path}: holds no run of solutions/01_model_states.ipynb")
+    body = section.group(1)
+
+    def find(pattern: str) -> re.Match:
+        match = re.search(pattern, body)
+        if match is None:
+            raise ValueError(f"{path}: lesson 01's section lacks {pattern!r}")
+        return match
+
+    head = find(r"torch (\S+), device: cuda \((\w+): ([^,]+),")
+    small = find(r"(course-\w+): ([\d,]+) parameters, batch (\d+) x (\d+) tokens, (\w+)")
+    return {
+        "path": f"benchmarks/results/{path.name}", "torch": head.group(1), "device": head.group(3),
+        "date": re.search(r"\d{4}-\d{2}-\d{2}", path.name).group(0),
+        "model": small.group(1), "n": int(small.group(2).replace(",", "")), "batch": small.group(3),
+        "seq": small.group(4), "precision": small.group(5),
+        "predicted": ast.literal_eval(find(r"predicted states: (\{.*\})").group(1)),
+        "measured": ast.literal_eval(find(r"measured states: +(\{.*\})").group(1)),
+        "in_use": find(r"device memory in use: ([\d.]+ \w+);").group(1),
+        "reserved": find(r"PyTorch reserved ([\d.]+ \w+),").group(1),
+        "allocated": find(r"allocated ([\d.]+ \w+)\n").group(1),
+        "context": find(r"outside the allocator[^:]*: about ([\d.]+ \w+)").group(1),
+        "workspace": find(r"cuBLAS workspace of a new stream: ([\d.]+ \w+)").group(1),
+        "one_byte": find(r"a 1-byte tensor occupies (\d+) bytes").group(1),
+    }
+
+
+def _log_source(log: dict) -> str:
+    return f"{log['device']}, torch {log['torch']}, {log['date']}: {log['path']} (lesson 01's GPU cells)"
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+# ------------------------------------------------------------------------------------------ facts
+
+def facts() -> dict[str, str]:
+    import memfit
+    from autograder.checks import CheckFailed
+    from autograder.checks import model_states as checks
+    from memfit.gpt import LLAMA_3_1_8B
+    ref = _ref()
+    cfg = LLAMA_3_1_8B
+    n8b = ref.count_params(cfg)
+    h, kv, L, f = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.n_layers, cfg.ffn_hidden
+    parts = _split(cfg)
+    rule = 12 * L * h * h
+    h100, h200 = record("first_kernel", file="h100"), record("first_kernel", file="h200")
+    out: dict[str, str] = {}
+
+    # the notes' tally
+    notes_bpp = sum(b for _, _, b in NOTES_ITEMS)
+    out["notes_table"] = markdown_table(
+        ["the notes' item", "bytes / param", "× 8B"],
+        [[name, str(b), f"{NOTES_N * b / 1e9:.0f} GB"] for name, _, b in NOTES_ITEMS]
+        + [["temporary buffers, communication", "", f"+ {NOTES_OVERHEAD}"]])
+    out["notes_sum"] = f"{NOTES_N * notes_bpp / 1e9:.0f} GB"
+    out["notes_bpp"] = str(notes_bpp)
+    out["notes_overhead"] = NOTES_OVERHEAD
+    out["notes_quoted"] = f"{NOTES_N * NOTES_QUOTED_BYTES_PER_PARAM / 1e9:.0f} GB"
+    out["notes_quoted_bpp"] = str(NOTES_QUOTED_BYTES_PER_PARAM)
+    out["h100_gib"] = f"{h100['memory_gib']:.1f} GiB"
+    out["h200_gib"] = f"{h200['memory_gib']:.1f} GiB"
+    out["h100_name"], out["h200_name"] = h100["device"], h200["device"]
+    out["h100_source"] = f"GPU memory as torch reports it: {source(h100)}"
+    out["gpu_source"] = f"GPU memory as torch reports it: {source(h100)}; {source(h200)}"
+
+    # counting
+    out["n8b"] = f"{n8b:,}"
+    out["n8b_b"] = _b(n8b)
+    out["meta_8b"] = f"{_meta_count(cfg):,}"
+    out["meta_equal"] = "equal" if _meta_count(cfg) == n8b else "NOT equal"
+    piece_rows = [
+        ["token embedding", "`embed`", "V × h", f"{cfg.vocab_size * h:,}"],
+        ["RMSNorm before attention", "`norm1.weight`", "h", f"{h:,}"],
+        ["q, k, v projections", "`wqkv`", "h × (h + 2·kv)", f"{h * (h + 2 * kv):,}"],
+        ["attention output", "`wo`", "h × h", f"{h * h:,}"],
+        ["RMSNorm before the MLP", "`norm2.weight`", "h", f"{h:,}"],
+        ["SwiGLU gate + up, down", "`w13`, `w2`", "h × 2f, f × h", f"{3 * h * f:,}"],
+        ["final RMSNorm", "`norm.weight`", "h", f"{h:,}"],
+        ["output head (untied)", "`head`", "h × V", f"{cfg.vocab_size * h:,}"],
+    ]
+    out["pieces_table"] = markdown_table(["piece", "weights", "shape", "Llama-3.1-8B"], piece_rows)
+    out["cfg_8b"] = (f"V = {cfg.vocab_size:,}, h = {h:,}, L = {L}, {cfg.n_heads} query heads, {cfg.n_kv_heads} "
+                     f"key/value heads of {cfg.head_dim}, f = {f:,}")
+    out["kv"] = f"{kv:,}"
+    out["gqa_ratio"] = f"{cfg.n_heads // cfg.n_kv_heads}"
+    out["f_ratio"] = f"{f / h:g}"
+    out["attn_h2"] = f"{(h * (h + 2 * kv) + h * h) / h**2:g}"
+    out["mlp_h2"] = f"{3 * h * f / h**2:g}"
+    out["layer_h2"] = f"{(h * (h + 2 * kv) + h * h + 3 * h * f) / h**2:g}"
+    out["rule_8b"] = _b(rule)
+    out["rule_miss"] = f"{(n8b - rule) / n8b:.0%}"
+    out["embed_8b"] = _b(parts["embeddings + head"])
+    out["embed_pct"] = f"{parts['embeddings + head'] / n8b:.0%}"
+    out["mlp_pct"] = f"{parts['MLP'] / n8b:.0%}"
+    rows = []
+    for model in _models():
+        count = ref.count_params(model)
+        r = 12 * model.n_layers * model.d_model ** 2
+        embed = _split(model)["embeddings + head"]
+        rows.append([model.name, f"{count:,}", f"{r:,}", f"{(r - count) / count:+.0%}", f"{embed / count:.0%}"])
+    big = _models()[-1]
+    out["big_name"] = big.name
+    out["big_f_ratio"] = f"{big.ffn_hidden / big.d_model:g}"
+    big_kv = big.n_kv_heads * big.head_dim
+    out["big_layer_h2"] = f"{(big.d_model * (big.d_model + 2 * big_kv) + big.d_model ** 2 + 3 * big.d_model * big.ffn_hidden) / big.d_model ** 2:g}"
+    out["rule_table"] = markdown_table(["model", "count_params", "12·L·h²", "rule off by", "embeddings"], rows)
+
+    # bytes per recipe
+    out["precisions"] = ", ".join(f"`{p}`" for p in ref.STATE_PRECISIONS)
+    out["optimizers"] = ", ".join(f"`{o}`" for o in ref.STATE_OPTIMIZERS)
+    out["block_8bit"] = str(ref.BLOCK_8BIT)
+    per_8bit = ref.state_bytes(n8b, "amp", "adamw8bit")["optimizer"] / n8b
+    out["bpp_8bit"] = f"{per_8bit:.3f}"
+    out["bpp_adamw"] = f"{ref.state_bytes(n8b, 'amp', 'adamw')['optimizer'] / n8b:g}"
+    out["bpp_sgd"] = f"{ref.state_bytes(n8b, 'amp', 'sgd')['optimizer'] / n8b:g}"
+    try:
+        ref.state_bytes(1000, "fp8", "adamw")
+        out["bad_name"] = "(no error raised)"
+    except ValueError as e:
+        out["bad_name"] = str(e)
+
+    amp = _per_param("amp")
+    mixed = _per_param("mixed")
+    mixed32 = _per_param("mixed_fp32_grads")
+    out["amp_bpp"] = f"{amp['total']:g}"
+    out["amp_split"] = f"{amp['params']:g} + {amp['grads']:g} + {amp['states']:g}"
+    out["mixed_split"] = f"{mixed['params']:g} + {mixed['grads']:g} + {mixed['master']:g} + {mixed['states']:g}"
+    out["mixed32_bpp"] = f"{mixed32['total']:g}"
+    out["amp_gb"] = gb(_total(n8b, "amp"))
+    out["amp_gib"] = gib(_total(n8b, "amp"))
+    out["notes_exact_gb"] = gb(n8b * notes_bpp)
+    out["gb_gib_gap"] = f"{2**30 / 1e9 - 1:.1%}"
+    cap = h100["memory_gib"] * 2**30
+    fits = {o: [p for p in ref.STATE_PRECISIONS if _total(n8b, p, o) <= cap] for o in ref.STATE_OPTIMIZERS}
+    out["fits_h100"] = "; ".join(f"`{o}` with " + ", ".join(f"`{p}`" for p in ps) for o, ps in fits.items() if ps)
+    out["amp_h200_left"] = gb(h200["memory_gib"] * 2**30 - _total(n8b, "amp"))
+    table = []
+    for p in ref.STATE_PRECISIONS:
+        cells = []
+        for o in ref.STATE_OPTIMIZERS:
+            total = _total(n8b, p, o)
+            cells.append(f"{total / n8b:.2f} B · {gib(total)}")
+        table.append([f"`{p}`"] + cells)
+    out["recipes_8b_table"] = markdown_table(["recipe"] + [f"`{o}`" for o in ref.STATE_OPTIMIZERS], table)
+
+    # measuring
+    tl = _timelines()
+    first, second, n_tiny = tl["first"], tl["second"], tl["n"]
+    out["tl_model"] = f"{tl['cfg'].name} ({n_tiny:,} parameters)"
+    out["tl_batch"] = f"batch {tl['sizes']['batch']} × {tl['sizes']['seq']} tokens"
+    out["tl_first_peak"] = f"{_mib(first.peak)} in {first.peak_phase}"
+    out["tl_second_peak"] = f"{_mib(second.peak)} in {second.peak_phase}"
+    out["tl_first_base"] = f"{first.allocated[0] / n_tiny:.0f}"
+    out["tl_second_base"] = f"{second.allocated[0] / n_tiny:.0f}"
+    out["tl_ops"] = f"{len(first.ops):,}"
+    out["tl_first_opt"] = f"{first.allocated[_optimizer_start(first)] / n_tiny:.0f}"
+    out["tl_second_opt"] = f"{second.allocated[_optimizer_start(second)] / n_tiny:.0f}"
+    opt_peak = max(b for b, phase in zip(second.allocated, second.phases) if phase == "optimizer")
+    out["tl_opt_temp"] = f"{(opt_peak - second.allocated[_optimizer_start(second)]) / n_tiny:.0f}"
+    out["tl_end"] = f"{second.allocated[-1] / n_tiny:.0f}"
+    if first.peak_phase == second.peak_phase == "backward":
+        out["tl_peak_comment"] = ("both in backward at this size: here activations, not states, set the peak, and the "
+                                  "second step's is higher by the m and v it carries")
+    else:
+        out["tl_peak_comment"] = (f"the first in {first.peak_phase}, the second in {second.peak_phase}: the peak moves "
+                                  "once m and v sit in the floor")
+    out["tl_meter"] = first.meter
+    out["measured_where"] = measured_on()
+    mrows = []
+    for r in _measured_states():
+        pred, meas = r["predicted"], r["measured"]
+        mrows.append([f"`{r['precision']}`", f"`{r['optimizer']}`"]
+                     + [f"{meas[k]:,}" for k in ("params", "grads", "optimizer")]
+                     + ["**exact**" if pred == meas else "differs"])
+    out["measured_table"] = markdown_table(["recipe", "optimizer", "params (B)", "grads (B)", "optimizer (B)",
+                                            "`state_bytes`"], mrows)
+    out["tiny_n"] = f"{ref.count_params(tl['cfg']):,}"
+
+    # the recorded H100 notebook run
+    log = _notebook_log()
+    out["log_model"] = f"{log['model']}, {log['precision']} + AdamW"
+    out["log_predicted"] = " + ".join(log["predicted"][k] for k in ("params", "optimizer"))
+    out["log_match"] = ("measured: the same" if all(log["predicted"][k] == log["measured"][k]
+                                                    for k in ("params", "optimizer"))
+                        else "measured " + " + ".join(log["measured"][k] for k in ("params", "optimizer")))
+    out["log_context"] = log["context"]
+    out["log_workspace"] = log["workspace"]
+    out["log_one_byte"] = f"{log['one_byte']} bytes"
+    out["log_reserved"] = log["reserved"]
+    out["log_allocated"] = log["allocated"]
+    out["log_in_use"] = log["in_use"]
+    out["log_source"] = _log_source(log)
+    out["log_device"] = log["device"]
+
+    # grading
+    plan = {c.name: c for c in checks.CHECKS}
+    out["n_checks"] = str(len(plan))
+    out["points_count"] = f"{plan['count_params'].points:g}"
+    out["points_bytes"] = f"{plan['state_bytes'].points:g}"
+    out["points_measured"] = f"{plan['state_bytes_measured'].points:g}"
+    out["points_total"] = f"{sum(c.points for c in plan.values()):g}"
+    nowrap = lambda name: f'<span style="white-space: nowrap">{name}</span>'  # noqa: E731
+    out["count_visible"] = ", ".join(nowrap(c.name) for c in checks.COUNT_VISIBLE)
+    out["count_hidden"] = ", ".join(nowrap(c.name) for c in checks.COUNT_HIDDEN)
+    forgot_head = lambda c: ref.count_params(c.scaled(tie_embeddings=True))  # noqa: E731  (a learner's bug)
+    try:
+        checks.check_count_params(forgot_head)
+        out["hint_message"] = "(the check passed)"
+    except CheckFailed as e:
+        out["hint_message"] = "\n".join(textwrap.wrap(str(e), 100))
+    grading = record("grading")
+    verdicts = grading["grading"]["per_lesson"][LESSON]
+    out["grading_recorded"] = (f"all {len(verdicts)} checks passed" if set(verdicts.values()) == {"passed"}
+                               else ", ".join(f"`{k}` {v}" for k, v in verdicts.items()))
+    out["grading_source"] = source(grading)
+    out["profile"] = memfit.profile().name
+    return out
+
+
+# ------------------------------------------------------------------------------------------ figures
+
+def fig_per_layer():
+    """One layer in units of h²: the rule of thumb's attention and MLP against Llama-3.1-8B's (GQA, SwiGLU)."""
+    from memfit.gpt import LLAMA_3_1_8B as cfg
+    h, kv, f = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_hidden
+    ours = {"attention": (h * (h + 2 * kv) + h * h) / h**2, "MLP": 3 * h * f / h**2}
+    rule = {"attention": 4, "MLP": 8}  # the notes' 4h² (Q, K, V, O) and 8h² (two matrices of width 4h)
+    fig, ax = figure(figsize=(6.4, 4.6))
+    labels = ["rule of thumb\nMHA, 2 matrices, 4h",
+              f"{cfg.name}\nGQA, SwiGLU, {f / h:g}h"]
+    for i, parts in enumerate((rule, ours)):
+        bottom = 0
+        for name, color in (("attention", COLORS["params"]), ("MLP", COLORS["optimizer"])):
+            ax.bar(i, parts[name], bottom=bottom, color=color, width=0.6, label=name if i == 0 else None)
+            ax.text(i, bottom + parts[name] / 2, f"{name}\n{parts[name]:g} h²", ha="center", va="center",
+                    color="white", fontsize=15, fontweight="bold")
+            bottom += parts[name]
+        ax.text(i, bottom + 0.25, f"{bottom:g} h²", ha="center", va="bottom", fontsize=16)
+    ax.set_xticks([0, 1], labels)
+    ax.set_ylabel("weights per layer (units of h²)")
+    ax.set_ylim(0, 15)
+    ax.grid(axis="x")
+    return fig
+
+
+def fig_breakdown_8b():
+    """Llama-3.1-8B's parameters by piece, from count_params's pieces, against the 12·L·h² rule."""
+    from memfit.gpt import LLAMA_3_1_8B as cfg
+    parts = _split(cfg)
+    rule = 12 * cfg.n_layers * cfg.d_model ** 2
+    colors = {"embeddings + head": COLORS["activations"], "attention": COLORS["params"], "MLP": COLORS["optimizer"],
+              "norms": COLORS["neutral"]}
+    fig, ax = figure(figsize=(11, 3.9))
+    ax.barh(1, rule / 1e9, color=COLORS["peer"], height=0.55)
+    ax.text(rule / 1e9 / 2, 1, "12·L·h²: attention 4h² + MLP 8h² per layer", ha="center", va="center",
+            color="white", fontsize=14, fontweight="bold")
+    ax.text(rule / 1e9 + 0.08, 1, _b(rule), va="center", fontsize=15)
+    left = 0
+    for name, n in parts.items():
+        label = name if n / 1e9 > 0.5 else f"{name} ({n / 1e6:.2f}M)"
+        ax.barh(0, n / 1e9, left=left, color=colors[name], height=0.55, label=label)
+        if n / 1e9 > 0.5:
+            ax.text(left + n / 2e9, 0, _b(n), ha="center", va="center", color="white", fontsize=15,
+                    fontweight="bold")
+        left += n / 1e9
+    ax.text(left + 0.08, 0, f"{_b(left * 1e9)}", va="center", fontsize=15)
+    ax.set_yticks([0, 1], ["count_params", "rule of thumb"])
+    ax.set_xlabel("billions of parameters")
+    ax.set_xlim(0, left * 1.13)
+    ax.set_ylim(1.45, -0.45)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, frameon=False, fontsize=14)
+    ax.grid(axis="y")
+    return fig
+
+
+def fig_bytes_per_param():
+    """Each recipe (AdamW) as a strip of bytes per parameter, from the lesson's state_bytes, with the notes' list."""
+    ref = _ref()
+    rows = [("the notes' list", {kind: float(b) for _, kind, b in NOTES_ITEMS})]
+    rows += [(RECIPE_LABELS[p], _per_param(p)) for p in ref.STATE_PRECISIONS]
+    kinds = [("params", "weights", COLORS["params"], None), ("grads", "gradients", COLORS["grads"], None),
+             ("master", "fp32 master", COLORS["optimizer"], "//"), ("states", "Adam m, v", COLORS["optimizer"], None)]
+    fig, ax = figure(figsize=(11.5, 4.9))
+    ax.grid(False)
+    for y, (label, per) in enumerate(rows):
+        x = 0
+        for kind, _, color, hatch in kinds:
+            nbytes = int(round(per.get(kind, 0)))
+            for _ in range(nbytes):
+                ax.add_patch(patches.Rectangle((x, -y - 0.38), 0.9, 0.76, facecolor=color, edgecolor="white",
+                                               hatch=hatch, lw=0.5))
+                x += 1
+        ax.text(-0.4, -y, label, ha="right", va="center", fontsize=15)
+        ax.text(x + 0.2, -y, f"{x} B", ha="left", va="center", fontsize=15, fontweight="bold")
+    for kind, name, color, hatch in kinds:
+        ax.add_patch(patches.Rectangle((0, 0), 0, 0, facecolor=color, hatch=hatch, edgecolor="white", label=name))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=4, frameon=False, fontsize=14)
+    ax.set_xlim(-7.2, 23)
+    ax.set_ylim(-len(rows) + 0.5, 0.6)
+    ax.axis("off")
+    ax.set_title("bytes per parameter, AdamW (one square = one byte)", fontsize=15)
+    return fig
+
+
+def fig_tally_8b():
+    """Llama-3.1-8B's states under each recipe, in GB, against the memory of one H100 and one H200 (recorded)."""
+    from memfit.gpt import LLAMA_3_1_8B
+    ref = _ref()
+    n = ref.count_params(LLAMA_3_1_8B)
+    bars = [("notes'\nlist", {kind: sum(b for _, k, b in NOTES_ITEMS if k in members) * n
+                                for kind, members in (("params", {"params"}), ("grads", {"grads"}),
+                                                      ("optimizer", {"master", "states"}))})]
+    bars += [(label, ref.state_bytes(n, p, o)) for label, p, o in
+             (("amp", "amp", "adamw"), ("mixed", "mixed", "adamw"), ("mixed+fp32\ngrads", "mixed_fp32_grads", "adamw"),
+              ("bf16", "bf16", "adamw"), ("amp, 8-bit\nAdam", "amp", "adamw8bit"))]
+    fig, ax = figure(figsize=(11, 4.9))
+    for i, (label, parts) in enumerate(bars):
+        bottom = 0
+        for kind, color, name in (("params", COLORS["params"], "weights"), ("grads", COLORS["grads"], "gradients"),
+                                  ("optimizer", COLORS["optimizer"], "optimizer (master + states)")):
+            ax.bar(i, parts[kind] / 1e9, bottom=bottom, color=color, width=0.62, label=name if i == 0 else None)
+            bottom += parts[kind] / 1e9
+    for rec, style in ((record("first_kernel", file="h100"), "--"), (record("first_kernel", file="h200"), ":")):
+        cap = rec["memory_gib"] * 2**30 / 1e9
+        ax.axhline(cap, color=COLORS["activations"], ls=style, lw=2.2)
+        ax.text(1.01, cap, f"one {rec['device'].replace('NVIDIA ', '').split()[0]}\n{rec['memory_gib']:.1f} GiB",
+                transform=ax.get_yaxis_transform(), ha="left", va="center", color=COLORS["activations"], fontsize=14)
+    ax.set_xticks(range(len(bars)), [f"{label}\n{sum(parts.values()) / 1e9:.1f} GB" for label, parts in bars])
+    ax.set_ylabel("GB (10⁹ bytes)")
+    ax.set_ylim(0, 175)
+    ax.set_xlim(-0.5, len(bars) - 0.5)
+    ax.grid(axis="x")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False, fontsize=14)
+    return fig
+
+
+def _optimizer_start(line) -> int:
+    """Index of the last op before the optimizer phase: weights, gradients and (from the second step) m and v."""
+    return line.phases.index("optimizer") - 1
+
+
+def fig_timeline():
+    """The lesson's demo on this machine: bytes of live tensors after every op of the first and second step, in MiB
+    (left) and in bytes per parameter (right), with the level at which the optimizer step begins marked."""
+    tl = _timelines()
+    n = tl["n"]
+    fig, axes = figure(ncols=2, figsize=(12.5, 4.4), sharey=True)
+    notes = {"first step": "weights + grads", "second step": "weights + grads + m + v"}
+    for ax, line, title in zip(axes, (tl["first"], tl["second"]), ("first step", "second step")):
+        mib = [b / 2**20 for b in line.allocated]
+        start = 0
+        for i in range(1, len(line.phases) + 1):  # one shaded band per run of ops in the same phase
+            if i == len(line.phases) or line.phases[i] != line.phases[start]:
+                ax.axvspan(start - 0.5, i - 0.5, color=PHASE_COLORS[line.phases[start]], alpha=0.18, lw=0)
+                start = i
+        ax.plot(mib, color="black", lw=1.3)
+        peak = line.allocated.index(line.peak)
+        ax.plot([peak], [mib[peak]], "o", color=COLORS["activations"], ms=8)
+        ax.set_title(f"{title}: peak {mib[peak]:.1f} MiB ({line.peak_phase})", fontsize=15)
+        ax.set_xlabel("PyTorch op")
+        ax.set_xlim(-1, len(mib))
+        ax.grid(axis="x")
+        ax.text(len(mib) * 0.02, mib[0] - 0.8, f"start: {line.allocated[0] / n:.0f} B/param", fontsize=13, va="top")
+        at = _optimizer_start(line)
+        ax.plot([at], [mib[at]], "s", color=COLORS["optimizer"], ms=8)
+        ax.annotate(f"{line.allocated[at] / n:.0f} B/param:\n{notes[title]}", (at, mib[at]),
+                    xytext=(at - len(mib) * 0.05, mib[at] + (9 if title == "first step" else 7)), ha="right",
+                    fontsize=13, color=COLORS["optimizer"], arrowprops=dict(arrowstyle="->", color=COLORS["optimizer"]))
+    axes[0].set_ylabel("MiB of live tensors")
+    top = max(tl["second"].peak, tl["first"].peak) / 2**20 * 1.12
+    axes[0].set_ylim(0, top)
+    per_param = axes[1].secondary_yaxis("right", functions=(lambda m: m * 2**20 / n, lambda b: b * n / 2**20))
+    per_param.set_ylabel("bytes per parameter", fontsize=15)
+    per_param.set_yticks([b for b in range(0, int(top * 2**20 / n) + 1, 4)])
+    per_param.tick_params(labelsize=13)
+    for phase in ("forward", "backward", "optimizer"):
+        axes[1].add_patch(patches.Rectangle((0, 0), 0, 0, color=PHASE_COLORS[phase], alpha=0.35, label=phase))
+    axes[1].legend(loc="upper left", frameon=False, fontsize=13)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,474 @@
+"""Lesson 02's deck: the seeds' activation numbers recomputed, what autograd keeps in a block of the course GPT
+(measured here on the tiny model), the per-layer formula against Korthikanti's, the walk of a training step and
+its predicted peak, the recorded H200 run (predictor against the CUDA allocator, recomputation's time), the
+micro-batch and accumulation arithmetic, and the lecture's 8B/70B/405B chart drawn by the lesson's predictor."""
+from __future__ import annotations
+
+import functools
+
+import matplotlib.patches as patches
+
+from slides.figures import COLORS, STYLE, figure, gb, gib, lesson, markdown_table, measured_on, record, source
+
+LESSON = "02_activations"
+BENCH = "activations"
+MODES = ("none", "selective", "full")
+MODE_COLORS = {"none": COLORS["activations"], "selective": COLORS["grads"], "full": COLORS["params"]}
+# DeepSeek-V3's global batch in the notes: 1920 sequences of "32K" tokens (read as 32,768 and as 32,000).
+DS_SEQS, DS_SEQ, DS_SEQ_DECIMAL = 1920, 32_768, 32_000
+DS_MICRO = 16  # the transcript's micro-batch of 16 sequences
+CHART_SEQS = [1024, 2048, 4096, 8192, 16384, 32768]  # the lecture chart's lengths
+DP = 8  # data-parallel ranks in the exercise's example (and the visible check)
+
+
+def _ref():
+    return lesson(LESSON)
+
+
+def _mib(n: float, digits: int = 1) -> str:
+    return f"{n / 2**20:,.{digits}f} MiB"
+
+
+# ------------------------------------------------------------------------------------------------ measured here
+
+@functools.cache
+def _tiny() -> dict:
+    """The notebook's demo on this machine: block 0's saved tensors, and the timeline of one steady-state step
+    (memory after every op) with the lesson's predicted peak. Shared by facts() and the figures."""
+    import memfit
+    from memfit.gpt import COURSE_CONFIGS
+    from memfit.training import Trainer, random_batch, saved_tensors, timeline
+    sizes = memfit.size("training_step")
+    cfg = COURSE_CONFIGS[sizes["config"]]
+    trainer = Trainer(cfg, "amp")
+    idx, targets = random_batch(cfg, sizes["batch"], sizes["seq"], trainer.device)
+    saved = [s for s in saved_tensors(trainer.model, idx, targets, trainer.autocast())
+             if s.module.startswith("blocks.0")]
+    trainer.step(idx, targets)  # warm-up: the optimizer states exist, as in a steady-state step
+    line = timeline(trainer, idx, targets)
+    predicted = _ref().predict_peak(cfg, sizes["batch"], sizes["seq"], "amp", "adamw", "none")
+    return {"cfg": cfg, "batch": sizes["batch"], "seq": sizes["seq"], "saved": saved, "line": line,
+            "states": sum(trainer.state_bytes().values()), "predicted": predicted}
+
+
+# ------------------------------------------------------------------------------------------------ computed
+
+def _korthikanti(cfg, batch: int, seq: int) -> int:
+    """Korthikanti et al.'s bytes per GPT-3 layer in fp16 with dropout (the seeds' 13bsh + 5bs²a + 21bsh)."""
+    return 34 * seq * batch * cfg.d_model + 5 * cfg.n_heads * seq * seq * batch
+
+
+def _notes_12nd(cfg, batch: int, seq: int) -> int:
+    """The notes' estimate: 6·n·d values per layer in 2 bytes (n = tokens, d = hidden)."""
+    return 12 * batch * seq * cfg.d_model
+
+
+@functools.cache
+def _crossover(cfg) -> int:
+    """The shortest sequence (batch 1, amp, AdamW, no recomputation) whose predicted peak is no longer the
+    optimizer step: where activations take over the step's peak. The peak grows with the sequence: bisect."""
+    predict = _ref().predict_peak
+    low, high = 1, cfg.max_seq_len
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if predict(cfg, 1, mid, "amp", "adamw", "none")["moment"] != "optimizer step" \
+            else (mid, high)
+    return high
+
+
+@functools.cache
+def _micro_batches() -> list[tuple[str, int, int]]:
+    """Llama-3.2-1B, 8K tokens per sequence, an 80 GiB card (memfit's H100 profile): the largest micro-batch per
+    recompute mode, and the accumulation steps of DeepSeek-V3's global batch on 8 ranks."""
+    from memfit.gpt import LLAMA_3_2_1B
+    from memfit.hardware import profile_for
+    ref = _ref()
+    budget = profile_for("h100").total_memory
+    rows = []
+    for mode in MODES:
+        best = ref.max_micro_batch(LLAMA_3_2_1B, 8192, budget, "amp", "adamw", mode)
+        rows.append((mode, best, ref.accumulation_steps(DS_SEQS * DS_SEQ, best, 8192, data_parallel=DP)))
+    return rows
+
+
+def _checks() -> dict[str, float]:
+    from autograder.checks.activations import CHECKS
+    return {c.name: c.points for c in CHECKS}
+
+
+def facts() -> dict[str, str]:
+    from memfit.from_lessons.model_states import count_params, state_bytes
+    from memfit.gpt import LLAMA_3_1_8B, LLAMA_3_2_1B
+    from memfit.hardware import profile_for
+    ref = _ref()
+    f = {}
+    big = LLAMA_3_1_8B
+    h, L = big.d_model, big.n_layers
+
+    # The seeds, recomputed.
+    n8 = count_params(big)
+    states8 = sum(state_bytes(n8, "amp", "adamw").values())
+    f["states_8b"] = gb(states8)
+    f["states_8b_per_param"] = f"{states8 / n8:.0f}"
+    f["notes_per_token"] = f"{_notes_12nd(big, 1, 1) * L / 1e6:.2f} MB"
+    s16 = 16_384
+    s2 = 5 * big.n_heads * s16 * s16
+    f["s2_layer"] = gib(s2, 0)
+    f["s2_model"] = f"{s2 * L / 1e12:.2f} TB"
+    f["ds_tokens"] = f"{DS_SEQS * DS_SEQ:,}"
+    f["ds_tokens_decimal"] = f"{DS_SEQS * DS_SEQ_DECIMAL:,}"
+    f["ds_gap"] = f"{DS_SEQ / DS_SEQ_DECIMAL - 1:.1%}"
+    f["ds_micro"] = str(DS_MICRO)
+    f["ds_steps_16"] = str(ref.accumulation_steps(DS_SEQS * DS_SEQ, DS_MICRO, DS_SEQ))
+    # The notes' checkpointing example: 3 layers' worth, 36·n·d bytes, "n = 2M tokens -> ~300 MB".
+    f["notes_ckpt_2m"] = gb(3 * _notes_12nd(big, 1, 2_000_000), 0)
+
+    # Measured here: block 0 of the tiny model.
+    tiny = _tiny()
+    cfg = tiny["cfg"]
+    acts = [s for s in tiny["saved"] if s.kind == "activation"]
+    f["tiny_name"] = cfg.name
+    f["tiny_shape"] = f"batch {tiny['batch']} × {tiny['seq']} tokens"
+    f["tiny_saved_n"] = str(len(tiny["saved"]))
+    f["tiny_saved_acts"] = _mib(sum(s.nbytes for s in acts), 2)
+    f["tiny_saved_copies"] = _mib(sum(s.nbytes for s in tiny["saved"] if s.kind == "weight copy"), 2)
+    block = ref.activation_bytes(cfg, tiny["batch"], tiny["seq"], "amp", "none")
+    f["tiny_formula"] = _mib(block, 2)
+    f["tiny_formula_match"] = "equal" if block == sum(s.nbytes for s in acts) else "differ"
+    f["where"] = measured_on()
+
+    # Per layer: the course formula against Korthikanti's, for Llama-3.1-8B (the coefficient of s·b·h).
+    per = {m: ref.activation_bytes(big, 1, 4096, "amp", m) / (4096 * h) for m in MODES}
+    f["coef_none"], f["coef_sel"], f["coef_full"] = (f"{per[m]:.1f}" for m in MODES)
+    f["coef_k_4k"] = f"{_korthikanti(big, 1, 4096) / (4096 * h):.0f}"
+    f["coef_k_16k"] = f"{_korthikanti(big, 1, s16) / (s16 * h):.0f}"
+    f["layer_8b_4k"] = gib(ref.activation_bytes(big, 1, 4096, "amp"), 2)
+    f["layer_8b_4k_k"] = gib(_korthikanti(big, 1, 4096), 2)
+    f["ffn_ratio"] = f"{big.ffn_hidden / h:g}"
+    f["course_per_token"] = f"{ref.activation_bytes(big, 1, 4096, 'amp') * L / 4096 / 1e6:.2f} MB"
+    f["course_vs_notes"] = f"{ref.activation_bytes(big, 1, 4096, 'amp') / _notes_12nd(big, 1, 4096):.1f}"
+    f["dtype_table"] = markdown_table(
+        ["precision", "residual, norms", "matmul in/out", "weights, grads"],
+        [[f"`{p}`", *(f"{b} B" for b in ref.dtype_bytes(p))] for p in ref.STEP_PRECISIONS])
+
+    # The walk of a step, measured here, and the prediction.
+    line, pred = tiny["line"], tiny["predicted"]
+    f["walk_pred"] = _mib(pred["peak"], 2)
+    f["walk_meas"] = _mib(line.peak, 2)
+    f["walk_err"] = f"{(pred['peak'] - line.peak) / line.peak:+.2%}"
+    f["walk_moment"] = pred["moment"]
+    f["walk_phase"] = line.peak_phase
+    f["walk_ops"] = f"{len(line.ops):,}"
+    f["pred_table"] = markdown_table(
+        ["category", "predicted at the peak"],
+        [[k, _mib(pred[k], 2)] for k in ("params", "grads", "optimizer", "activations", "temporaries", "peak")])
+
+    # The recorded run: predictor against the CUDA allocator, recomputation.
+    rec = record(BENCH)
+    body = rec[BENCH]
+    f["rec_source"] = source(rec)
+    f["rec_n"] = str(len(body["rows"]))
+    f["rec_median"] = f"{body['median_abs_error']:.2%}"
+    f["rec_max"] = f"{body['max_abs_error']:.2%}"
+    f["rec_graded_max"] = f"{body['graded_grid_max_abs_error']:.2%}"
+    f["rec_graded_n"] = str(sum(r["recompute"] in ("none", "full") for r in body["rows"]))
+    f["rec_models"] = " and ".join(dict.fromkeys(f"course-{r['model']}" for r in body["rows"]))
+    moments = [r["moment"] for r in body["rows"]]
+    f["rec_moments"] = ", ".join(f"{m}: {moments.count(m)}" for m in dict.fromkeys(moments))
+    f["rec_batch"] = "/".join(str(b) for b in dict.fromkeys(r["batch"] for r in body["rows"]))
+    errors = [r["error"] for r in body["rows"]]
+    f["rec_sign"] = ("every error is negative: the predictor is a little low" if max(errors) < 0 else
+                     "every error is positive: the predictor is a little high" if min(errors) > 0 else
+                     "errors of both signs")
+    opt_rows = [f"course-{r['model']} at {r['seq']} tokens" for r in body["rows"]
+                if r["moment"] == "optimizer step" and r["recompute"] == "none"]
+    f["rec_opt_none"] = (f"Without recomputation the peak is already the optimizer step for {', '.join(opt_rows)}:"
+                         " there recomputation saves nothing" if opt_rows else
+                         "Without recomputation no configuration peaks at the optimizer step")
+    timing = {(t["model"], t["recompute"]): t for t in body["timing"]}
+    tmodels = list(dict.fromkeys(t["model"] for t in body["timing"]))
+    for m in tmodels:
+        base = timing[(m, "none")]
+        for mode in ("selective", "full"):
+            t = timing[(m, mode)]
+            f[f"slow_{m}_{mode}"] = f"{t['slowdown']:+.0%}"
+            f[f"save_{m}_{mode}"] = f"{1 - t['peak'] / base['peak']:.0%}"
+    slower = all(timing[(m, "selective")]["ms"] > timing[(m, "full")]["ms"] for m in tmodels)
+    f["sel_vs_full"] = "saves less and was **slower** than full here" if slower else "saves less than full"
+    ranked = sorted(tmodels, key=lambda m: timing[(m, "full")]["slowdown"])
+    f["bigger_cheaper"] = (f"course-{ranked[-1]} pays the larger slowdown for full recomputation, "
+                           f"course-{ranked[0]} the smaller")
+    f["timing_shape"] = f"batch {body['timing'][0]['batch']} × {body['timing'][0]['seq']}"
+    f["timing_table"] = markdown_table(
+        ["model", "recompute", "step (ms)", "vs none", "peak (GiB)"],
+        [[f"course-{t['model']}", t["recompute"], f"{t['ms']:.1f}", f"{t['slowdown']:+.0%}",
+          f"{t['peak'] / 2**30:.2f}"] for t in body["timing"]])
+
+    # Micro-batch and accumulation: Llama-3.2-1B at 8K on an 80 GiB card.
+    f["mb_model"] = LLAMA_3_2_1B.name
+    f["mb_budget"] = gib(profile_for("h100").total_memory, 0)
+    f["mb_table"] = markdown_table(
+        ["recompute", "largest micro-batch", "tokens per micro-step", f"accumulation steps (DP = {DP})"],
+        [[mode, str(best), f"{best * 8192:,}", f"{steps:,}"] for mode, best, steps in _micro_batches()])
+    f["dp"] = str(DP)
+
+    # The lecture's chart.
+    from memfit.gpt import LLAMA_3_1_70B, LLAMA_3_1_405B
+    f["cross_8b"] = f"{_crossover(big):,}"
+    f["cross_70b"] = f"{_crossover(LLAMA_3_1_70B):,}"
+    f["cross_405b"] = f"{_crossover(LLAMA_3_1_405B):,}"
+    full_opt = [s for s in CHART_SEQS if ref.predict_peak(big, 1, s, "amp", "adamw", "full")["moment"] == "optimizer step"]
+    f["full_8b_until"] = f"{max(full_opt) // 1024}K"
+    f["heads_8b"], f["h_8b"] = str(big.n_heads), f"{h:,}"
+    f["tiny_ffn_ratio"] = f"{cfg.ffn_hidden / cfg.d_model:g}"
+    f["vis_acc"] = str(ref.accumulation_steps(DS_SEQS * DS_SEQ, 4, 4096, DP))
+    f["opt_bytes_per_param"] = f"{ref.predict_peak(big, 1, 1024, 'amp', 'adamw', 'none')['peak'] / n8:g}"
+
+    # The grader.
+    pts = _checks()
+    f["n_checks"] = str(len(pts))
+    f["points"] = f"{sum(pts.values()):g}"
+    for name, p in pts.items():
+        f[f"pts_{name}"] = f"{p:g}"
+    return f
+
+
+# ------------------------------------------------------------------------------------------------ figures
+
+def _dtype(dtype) -> str:
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(str(dtype).removeprefix("torch."),
+                                                                          str(dtype).removeprefix("torch."))
+
+
+def fig_saved():
+    """Block 0 of the demo model: the bytes of each storage autograd saved, grouped by module, kind and dtype
+    (a parameter saved by its own op costs nothing and is left out)."""
+    tiny = _tiny()
+    groups: dict[str, dict[tuple[str, str], int]] = {}
+    for s in tiny["saved"]:
+        if s.kind == "parameter":
+            continue
+        key = (s.kind, _dtype(s.dtype))
+        module = groups.setdefault(s.module.removeprefix("blocks.0."), {})
+        module[key] = module.get(key, 0) + s.nbytes
+    keys = sorted({k for g in groups.values() for k in g}, key=lambda k: (k[0] != "activation", k[1] != "fp32", k))
+    palette = [COLORS["activations"], COLORS["grads"], COLORS["peer"]]
+    colors = {}
+    for kind, dt in keys:
+        colors[(kind, dt)] = COLORS["neutral"] if kind == "weight copy" else palette[len(colors) % len(palette)]
+    names = list(groups)
+    fig, ax = figure(figsize=(7.2, 5.6))
+    left = [0.0] * len(names)
+    for key in keys:
+        widths = [groups[n].get(key, 0) / 2**10 for n in names]
+        ax.barh(names, widths, left=left, color=colors[key], label=f"{key[0]} ({key[1]})")
+        left = [a + b for a, b in zip(left, widths)]
+    ax.invert_yaxis()
+    ax.set_xlabel("KiB saved for backward")
+    ax.legend(loc="upper right", frameon=False)
+    ax.set_title(f"{tiny['cfg'].name}, block 0, batch {tiny['batch']} × {tiny['seq']}, amp")
+    ax.grid(axis="y", visible=False)
+    return fig
+
+
+# What each recompute mode keeps in one block, in forward order: (label, fp32 under amp?, modes that keep it).
+KEPT = [
+    ("block input x (residual)", True, MODES),
+    ("norm1: 1/rms, normalized x", True, ("none",)),
+    ("normalized x cast (wqkv in)", False, ("none",)),
+    ("wqkv output q | k | v", False, ("selective",)),
+    ("q, k after RoPE; v (GQA: expanded)", False, ("none",)),
+    ("attention output, log-sum-exp", False, ("none", "selective")),
+    ("wo output", False, ("selective",)),
+    ("norm2: x + attn, 1/rms, normalized", True, ("none",)),
+    ("normalized x cast (w13 in)", False, ("none",)),
+    ("w13 output gate | up", False, ("none", "selective")),
+    ("silu(gate), silu(gate) · up", False, ("none",)),
+    ("w2 output", False, ("selective",)),
+]
+
+
+def fig_kept():
+    """Which tensors of a block each recompute mode keeps between forward and backward (amp: fp32 or 2 bytes)."""
+    fig, ax = figure(figsize=(8.6, 6.6))
+    ax.grid(False)
+    ax.axis("off")
+    n, W = len(KEPT), 1.4
+    for col, mode in enumerate(MODES):
+        ax.text(col * W + 0.6, n + 0.15, mode, ha="center", va="bottom", fontsize=17, weight="bold",
+                color=MODE_COLORS[mode])
+        for row, (label, fp32, modes) in enumerate(KEPT):
+            y = n - 1 - row
+            kept = mode in modes
+            color = COLORS["activations"] if fp32 else COLORS["grads"]
+            ax.add_patch(patches.FancyBboxPatch((col * W + 0.1, y + 0.12), 1.0, 0.76, boxstyle="round,pad=0.02",
+                                                facecolor=color if kept else "#f4f4f4",
+                                                edgecolor=color if kept else "#cccccc", linewidth=1.2))
+            if col == 0:
+                ax.text(-0.12, y + 0.5, label, ha="right", va="center", fontsize=14)
+    ax.add_patch(patches.Rectangle((-3.9, -1.05), 0.3, 0.55, color=COLORS["activations"]))
+    ax.text(-3.5, -0.78, "fp32", va="center", fontsize=14)
+    ax.add_patch(patches.Rectangle((-2.6, -1.05), 0.3, 0.55, color=COLORS["grads"]))
+    ax.text(-2.2, -0.78, "2 bytes under amp", va="center", fontsize=14)
+    ax.add_patch(patches.Rectangle((0.4, -1.05), 0.3, 0.55, facecolor="#f4f4f4", edgecolor="#cccccc"))
+    ax.text(0.8, -0.78, "recomputed in backward", va="center", fontsize=14)
+    ax.set_xlim(-4.0, len(MODES) * W + 0.05)
+    ax.set_ylim(-1.2, n + 0.8)
+    return fig
+
+
+def fig_per_layer():
+    """Bytes one layer of Llama-3.1-8B keeps, batch 1, against the sequence: the notes' 12·n·d, Korthikanti's
+    34sbh + 5as²b, and the lesson's activation_bytes (amp) in its three recompute modes."""
+    from memfit.gpt import LLAMA_3_1_8B as cfg
+    ref = _ref()
+    seqs = [2**k for k in range(10, 18)]
+    fig, ax = figure(figsize=(7.4, 5.4))
+    ax.plot(seqs, [_korthikanti(cfg, 1, s) / 2**30 for s in seqs], "--", color=COLORS["neutral"], lw=2.5,
+            label="34sbh + 5as²b (GPT-3, fp16)")
+    ax.plot(seqs, [_notes_12nd(cfg, 1, s) / 2**30 for s in seqs], ":", color=COLORS["peer"], lw=2.5,
+            label="the notes' 12·n·d")
+    for mode in MODES:
+        ax.plot(seqs, [ref.activation_bytes(cfg, 1, s, "amp", mode) / 2**30 for s in seqs], "o-",
+                color=MODE_COLORS[mode], lw=2.5, label=f"course GPT, {mode}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(seqs, [f"{s // 1024}K" for s in seqs])
+    ax.set_xlabel("sequence length s (batch 1)")
+    ax.set_ylabel("GiB per layer")
+    ax.set_title(f"{cfg.name}, one layer")
+    ax.legend(loc="upper left", frameon=False, fontsize=12)
+    return fig
+
+
+def fig_walk():
+    """The memory of one steady-state training step of the tiny model, after every op, measured here; the
+    lesson's predicted peak as a line."""
+    tiny = _tiny()
+    line, pred = tiny["line"], tiny["predicted"]
+    fig, ax = figure(figsize=(7.0, 5.0))
+    xs = range(len(line.allocated))
+    mib = [a / 2**20 for a in line.allocated]
+    phase_colors = {"forward": COLORS["params"], "backward": COLORS["activations"], "optimizer": COLORS["optimizer"]}
+    for phase, color in phase_colors.items():
+        ax.fill_between(xs, 0, mib, where=[p == phase for p in line.phases], color=color, alpha=0.75, step="post",
+                        label=phase, linewidth=0)
+    ax.axhline(tiny["states"] / 2**20, color="black", lw=1.2, ls=":")
+    ax.text(len(mib) * 0.01, tiny["states"] / 2**20, "params + optimizer states", va="bottom", fontsize=13,
+            bbox=dict(facecolor="white", alpha=0.85, edgecolor="none", pad=1.5))
+    ax.axhline(pred["peak"] / 2**20, color=COLORS["ours"], lw=2, ls="--")
+    ax.text(len(mib) * 0.99, pred["peak"] / 2**20, f"predicted peak: {pred['moment']}", ha="right", va="bottom",
+            color=COLORS["ours"], fontsize=13)
+    ax.set_ylim(0, pred["peak"] / 2**20 * 1.15)
+    ax.set_xlim(0, len(mib))
+    ax.set_xlabel("op of the step, in order")
+    ax.set_ylabel("MiB of tensors alive")
+    ax.legend(loc="upper right", frameon=False, bbox_to_anchor=(1.0, 0.84))
+    ax.set_title(f"{tiny['cfg'].name}, batch {tiny['batch']} × {tiny['seq']}, amp, AdamW")
+    return fig
+
+
+def fig_predictor():
+    """The recorded run: the predicted and the measured (CUDA allocator) peak of each configuration."""
+    rec = record(BENCH)
+    rows = rec[BENCH]["rows"]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    seqs = list(dict.fromkeys(r["seq"] for r in rows))
+    fig, axes = figure(ncols=len(models), figsize=(12.5, 4.6))
+    width = 0.26
+    for ax, model in zip(axes, models):
+        for k, mode in enumerate(MODES):
+            sel = [next(r for r in rows if r["model"] == model and r["seq"] == s and r["recompute"] == mode)
+                   for s in seqs]
+            xs = [i + (k - 1) * width for i in range(len(seqs))]
+            ax.bar(xs, [r["measured"] / 2**30 for r in sel], width * 0.95, color=MODE_COLORS[mode],
+                   label=f"{mode}: measured")
+            ax.scatter(xs, [r["predicted"] / 2**30 for r in sel], marker="_", s=420, color="black", linewidths=2.5,
+                       zorder=3, label="predicted" if k == 0 else None)
+        ax.set_xticks(range(len(seqs)), [str(s) for s in seqs])
+        ax.set_xlabel(f"sequence length (batch {rows[0]['batch']})")
+        ax.set_title(f"course-{model}")
+        ax.grid(axis="x", visible=False)
+    axes[0].set_ylabel("peak of a step, GiB")
+    axes[0].legend(loc="upper left", frameon=False, fontsize=12)
+    fig.tight_layout()
+    return fig
+
+
+def fig_recompute():
+    """The recorded run: step time against peak memory, per recompute mode, for the two course models."""
+    rec = record(BENCH)
+    timing = rec[BENCH]["timing"]
+    models = list(dict.fromkeys(t["model"] for t in timing))
+    fig, ax = figure(figsize=(7.4, 5.0))
+    markers = ["o", "s", "^"]
+    for model, marker in zip(models, markers):
+        rows = [next(t for t in timing if t["model"] == model and t["recompute"] == m) for m in MODES]
+        ax.plot([t["ms"] for t in rows], [t["peak"] / 2**30 for t in rows], color=COLORS["neutral"], lw=1, zorder=1)
+        for t in rows:
+            ax.scatter(t["ms"], t["peak"] / 2**30, s=160, marker=marker, color=MODE_COLORS[t["recompute"]], zorder=2)
+            ax.annotate(f"{t['recompute']}", (t["ms"], t["peak"] / 2**30), textcoords="offset points",
+                        xytext=(10, 4), fontsize=13, color=MODE_COLORS[t["recompute"]])
+        ax.annotate(f"course-{model}", (rows[0]["ms"], rows[0]["peak"] / 2**30), textcoords="offset points",
+                    xytext=(-8, 14), ha="left", fontsize=14, weight="bold")
+    ax.set_xlabel(f"step time, ms (batch {timing[0]['batch']} × {timing[0]['seq']})")
+    ax.set_ylabel("measured peak, GiB")
+    ax.set_xlim(0, max(t["ms"] for t in timing) * 1.25)
+    ax.set_ylim(0, max(t["peak"] for t in timing) / 2**30 * 1.2)
+    ax.set_title(rec["device"])
+    return fig
+
+
+def fig_global_batch():
+    """Global batch = micro-batch × sequence × accumulation steps × data-parallel ranks: a diagram."""
+    fig, ax = figure(figsize=(12, 4.6))
+    ax.grid(False)
+    ax.axis("off")
+    ranks = ["rank 0", "rank 1", "⋮", "rank D−1"]
+    steps = ["step 1", "step 2", "…", "step k"]
+    for r, rank in enumerate(ranks):
+        y = len(ranks) - 1 - r
+        ax.text(-0.2, y + 0.35, rank, ha="right", va="center", fontsize=15)
+        for c, step in enumerate(steps):
+            if rank == "⋮" or step == "…":
+                ax.text(c * 1.6 + 0.7, y + 0.35, "⋮" if rank == "⋮" else "…", ha="center", va="center", fontsize=18)
+                continue
+            ax.add_patch(patches.FancyBboxPatch((c * 1.6, y + 0.05), 1.4, 0.6, boxstyle="round,pad=0.02",
+                                                facecolor=COLORS["params"], alpha=0.85, edgecolor="none"))
+            ax.text(c * 1.6 + 0.7, y + 0.35, "b × s tokens", ha="center", va="center", fontsize=11.5, color="white")
+    for c, step in enumerate(steps):
+        ax.text(c * 1.6 + 0.7, len(ranks) - 0.1, step, ha="center", va="bottom", fontsize=14)
+    ax.text(len(steps) * 0.8 - 0.1, len(ranks) + 0.35, "micro-steps: gradients accumulate (+=), no update",
+            ha="center", va="bottom", fontsize=14, color=COLORS["neutral"])
+    right = len(steps) * 1.6
+    ax.annotate("", xy=(right + 0.7, 1.9), xytext=(right - 0.05, 1.9),
+                arrowprops=dict(arrowstyle="-|>", lw=2.5, color=COLORS["neutral"]))
+    ax.add_patch(patches.FancyBboxPatch((right + 0.8, 1.15), 3.6, 1.5, boxstyle="round,pad=0.05",
+                                        facecolor=COLORS["optimizer"], edgecolor="none", alpha=0.9))
+    ax.text(right + 2.6, 1.9, "sum the gradients\nof k × D micro-batches,\nthen one update",
+            ha="center", va="center", fontsize=14, color="white")
+    ax.text(right + 2.6, 0.45, "memory holds one\nmicro-batch per GPU", ha="center", va="center",
+            fontsize=14, color=COLORS["activations"], weight="bold")
+    ax.set_xlim(-1.5, right + 4.6)
+    ax.set_ylim(-0.2, len(ranks) + 0.8)
+    return fig
+
+
+def fig_lecture_chart():
+    """The notebook's own chart (memfit.plots.stacked_peak_chart) with the lesson's predict_peak: Llama-3.1
+    8B, 70B, 405B, one sequence per step, amp + AdamW, with and without full recomputation."""
+    import matplotlib.pyplot as plt
+    from memfit.gpt import LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_1_405B
+    from memfit.plots import stacked_peak_chart
+    with plt.rc_context({**STYLE, "axes.grid": False}):
+        fig = stacked_peak_chart(_ref().predict_peak, [LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_1_405B],
+                                 seqs=CHART_SEQS)
+    fig.set_size_inches(15, 5.0)
+    for ax in fig.axes:
+        ax.set_xlabel("sequence length; hatched: recompute=full", fontsize=14)
+        ax.tick_params(labelsize=13)
+        ax.title.set_fontsize(17)
+    fig.axes[0].set_ylabel("predicted peak, GiB", fontsize=14)
+    fig.axes[0].legend(loc="upper left", fontsize=12, frameon=False)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,514 @@
+"""Lesson 05's deck: the notes' 5·b·s²·a term reproduced for Llama-3.1-8B, what naive attention keeps (measured here
+on tiny sizes), the online softmax run by the lesson's own online_softmax_stats, the causal tiling of the lesson's
+forward kernel, the backward's three kernels, the grading plan read from the checks, and the recorded H100 run
+(TFLOP/s against SDPA's flash and cuDNN backends, memory against naive attention) and H200 tile sweep."""
+from __future__ import annotations
+
+import functools
+import math
+
+import matplotlib.patches as patches
+
+from slides.figures import COLORS, figure, gib, lesson, markdown_table, measured_on, record, source
+
+LESSON = "05_flash_attention"
+TILING_N = 100  # the tiling figure's sequence length: no multiple of the interpreter's tiles
+MEMORY_RUN = dict(B=1, H=16, d=64)  # benchmarks/flash_attention.py's memory rows: bf16, causal, these shapes
+IMPLS = ("reference", "SDPA flash", "SDPA cuDNN")
+IMPL_COLORS = {"reference": COLORS["ours"], "SDPA flash": COLORS["peer"], "SDPA cuDNN": COLORS["neutral"]}
+IMPL_LABELS = {"reference": "the lesson's kernels", "SDPA flash": "SDPA flash", "SDPA cuDNN": "SDPA cuDNN"}
+
+
+def _mib(n_bytes: float, digits: int = 0) -> str:
+    return f"{n_bytes / 2**20:,.{digits}f} MiB"
+
+
+def _kib(n_bytes: float, digits: int = 0) -> str:
+    return f"{n_bytes / 2**10:,.{digits}f} KiB"
+
+
+def _dtype(dtype) -> str:
+    return str(dtype).replace("torch.", "").replace("float", "fp").replace("bfp16", "bf16")
+
+
+# ------------------------------------------------------------------------------------ the notes' numbers
+
+@functools.cache
+def _notes() -> dict:
+    """The notes' per-layer attention term 5·b·s²·a (fp16 scores, softmax, dropout mask) for Llama-3.1-8B at a 16K
+    context, against lesson 02's activation_bytes: the whole course-GPT block, whose attention keeps no s² tensor."""
+    from memfit.from_lessons.activations import activation_bytes
+    from memfit.gpt import LLAMA_3_1_8B as cfg
+    b, s = 1, 16 * 1024
+    five = 5 * b * s * s * cfg.n_heads
+    block = activation_bytes(cfg, b, s, "amp")
+    p_8k = 8192 ** 2 * cfg.n_heads * 2  # the lesson's opening: P alone at N = 8,192, 32 heads, bf16
+    return {"cfg": cfg, "b": b, "s": s, "five": five, "layers": cfg.n_layers, "block": block, "p_8k": p_8k}
+
+
+# ------------------------------------------------------------------------ measured here, on tiny sizes
+
+@functools.cache
+def _measured() -> dict:
+    """On this machine (the CPU sizes of memfit.size("attention_memory")): what autograd saves for naive attention and
+    for the lesson's flash_attention, naive attention's forward + backward peak per N, the flash peak at the
+    smallest N, and the error of the online softmax and of the Triton forward."""
+    import memfit
+    import torch
+    from memfit.meter import measure_peak
+    ref = lesson(LESSON)
+    sizes = memfit.size("attention_memory")
+    h, d, seqs = sizes["heads"], sizes["head_dim"], sizes["seqs"]
+    gen = torch.Generator().manual_seed(5)
+
+    def leaves(n):
+        return [torch.randn(1, h, n, d, generator=gen).requires_grad_(True) for _ in range(3)]
+
+    def saved_by(attention, n):
+        q, k, v = leaves(n)
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append((tuple(t.shape), t.dtype)) or t,
+                                                      lambda t: t):
+            out = attention(q, k, v, causal=True)
+        return saved, out, (q, k, v)
+
+    n0 = seqs[0]
+    naive_saved, naive_out, qkv = saved_by(ref.naive_attention, n0)
+    flash_out = ref.flash_attention(*qkv, causal=True)
+    flash_err = (flash_out - naive_out).abs().max().item()
+    flash_saved = saved_by(ref.flash_attention, n0)[0]
+
+    def peak(attention, n):  # fresh leaves, no warm-up: the gradients count, as in the lesson's memory check
+        q, k, v = leaves(n)
+        do = torch.randn(1, h, n, d, generator=gen)
+        return measure_peak(lambda: attention(q, k, v, causal=True).backward(do), warmup=False)[1].peak_bytes
+
+    naive_peak = {n: peak(ref.naive_attention, n) for n in seqs}
+    flash_peak = peak(ref.flash_attention, n0)
+
+    x = torch.randn(3, 1000, generator=gen) * 30 + 500  # the lesson's demo (its comment: float64 overflows; see deck)
+    m, l = ref.online_softmax_stats(x.split(128, dim=1))
+    softmax_err = (torch.exp(x - m[:, None]) / l[:, None] - torch.softmax(x, dim=1)).abs().max().item()
+    lse_err = (m + l.log() - torch.logsumexp(x, dim=1)).abs().max().item()
+    return {"heads": h, "head_dim": d, "seqs": seqs, "n0": n0, "naive_saved": naive_saved,
+            "flash_saved": flash_saved, "naive_peak": naive_peak, "flash_peak": flash_peak, "flash_err": flash_err,
+            "softmax_err": softmax_err, "lse_err": lse_err, "overflow32": bool(torch.isinf(torch.exp(x)).any()),
+            "overflow64": bool(torch.isinf(torch.exp(x.double())).any()), "demo_max": x.max().item(),
+            "dtype": qkv[0].dtype}
+
+
+@functools.cache
+def _online_row() -> dict:
+    """One seeded row of 64 scores with an upward drift (so the maximum moves), in four blocks of 16, through the
+    lesson's online_softmax_stats on the first j blocks: (m, l, the factor e^(m_prev - m) that rescaled l)."""
+    import torch
+    ref = lesson(LESSON)
+    gen = torch.Generator().manual_seed(3)
+    width, n_blocks = 16, 4
+    x = torch.randn(1, width * n_blocks, generator=gen) * 1.5 + torch.linspace(0, 4, width * n_blocks)
+    blocks = list(x.split(width, dim=1))
+    stats, prev = [], None
+    for j in range(n_blocks):
+        m, l = ref.online_softmax_stats(iter(blocks[: j + 1]))
+        m, l = m.item(), l.item()
+        stats.append((m, l, None if prev is None else math.exp(prev - m)))
+        prev = m
+    return {"x": x[0].tolist(), "width": width, "stats": stats}
+
+
+# --------------------------------------------------------------------------------------- the records
+
+def _speed():
+    return record("flash_attention", file="h100")
+
+
+def _sweep():
+    return record("flash_attention", file="sweep")
+
+
+def _tiles_of(kernel: str, profile_name: str, variant: str) -> dict:
+    from memfit.hardware import KERNEL_CONFIGS, config, profile_for
+    if profile_name == "cpu":
+        return KERNEL_CONFIGS[kernel]["cpu"][variant]
+    return config(kernel, profile_for(profile_name))[variant]
+
+
+def _tile_text(t: dict) -> str:
+    return f"{t['BLOCK_M']}×{t['BLOCK_N']}, {t['num_warps']}w, {t['num_stages']}s"
+
+
+def _tiling(n: int, block_m: int, block_n: int, causal: bool = True) -> list[tuple[int, int, str]]:
+    """(start_m, start_n, kind) for every tile of the (n x n) scores, kind in full / masked / skipped, following the
+    forward kernel's loop bounds (lesson section 4): causal: keys [0, start_m) unmasked, the diagonal range
+    [start_m, min(start_m + BLOCK_M, n)) masked; not causal: the full key blocks unmasked, the ragged last one
+    masked."""
+    tiles = []
+    for start_m in range(0, n, block_m):
+        end_m = min(start_m + block_m, n)
+        for start_n in range(0, n, block_n):
+            if causal:
+                kind = "full" if start_n < start_m else ("masked" if start_n < end_m else "skipped")
+            else:
+                kind = "full" if start_n + block_n <= n else "masked"
+            tiles.append((start_m, start_n, kind))
+    return tiles
+
+
+def _sweep_rows() -> list[dict]:
+    """Per kernel: memfit.hardware's H100 tiles (one for both head-dim classes), their total ms over the sweep's four
+    cases (d 64 and 128, causal and not), the runner-up's total, and the worst case against that case's best."""
+    rec = _sweep()
+    sweep = rec["flash_attention"]["sweep"]
+    rows = []
+    for kernel in ("flash_forward", "flash_dkdv", "flash_dq"):
+        t = _tiles_of(kernel, "h100", "d64")
+        chosen = (t["BLOCK_M"], t["BLOCK_N"], t["num_warps"], t["num_stages"])
+        totals: dict[tuple, float] = {}
+        for r in sweep:
+            if r["kernel"] == kernel:
+                totals[tuple(r["tiles"])] = totals.get(tuple(r["tiles"]), 0.0) + r["ms"]
+        worst = 1.0
+        for d in sorted({r["d"] for r in sweep}):
+            for causal in (False, True):
+                case = [r for r in sweep if r["kernel"] == kernel and r["d"] == d and r["causal"] == causal]
+                mine = next(r["ms"] for r in case if tuple(r["tiles"]) == chosen)
+                worst = max(worst, mine / min(r["ms"] for r in case))
+        best = min(totals, key=totals.get)
+        others = sorted((v, k) for k, v in totals.items() if k != chosen)
+        rows.append({"kernel": kernel, "chosen": chosen, "total": totals[chosen], "best": best,
+                     "runner_up": others[0][1], "runner_up_total": others[0][0], "worst": worst,
+                     "candidates": len(totals)})
+    return rows
+
+
+def _ranges(rows, key, pass_):
+    vals = [r[key] for r in rows if r["pass_"] == pass_ and r[key] is not None]
+    return f"{min(vals):.2f}–{max(vals):.2f}×"
+
+
+# ------------------------------------------------------------------------------------------ facts
+
+def facts() -> dict[str, str]:
+    from autograder.checks import flash_attention as checks
+    from memfit.hardware import KNOWN_GPUS, KiB
+
+    notes = _notes()
+    meas = _measured()
+    ref = lesson(LESSON)
+    out: dict[str, str] = {}
+
+    # the notes, reproduced
+    cfg = notes["cfg"]
+    out.update({
+        "model": cfg.name, "model_heads": str(cfg.n_heads), "model_layers": str(cfg.n_layers),
+        "notes_s": f"{notes['s']:,}", "notes_per_layer": gib(notes["five"], 1),
+        "notes_per_layer_gb": f"{notes['five'] / 1e9:.1f} GB",
+        "notes_all_layers": f"{notes['five'] * notes['layers'] / 2**40:.2f} TiB",
+        "notes_all_layers_tb": f"{notes['five'] * notes['layers'] / 1e12:.2f} TB",
+        "block_16k": gib(notes["block"], 1), "five_over_block": f"{notes['five'] / notes['block']:.0f}",
+        "p_8k": gib(notes["p_8k"], 0),
+    })
+
+    # naive attention's saved tensors, measured here
+    n0, h, d = meas["n0"], meas["heads"], meas["head_dim"]
+    rows = []
+    for shape, dtype in meas["naive_saved"]:
+        square = shape[-2:] == (n0, n0)
+        rows.append([f"`{tuple(shape)}`", _dtype(dtype), f"{math.prod(shape):,}", "**N × N**" if square else ""])
+    out["saved_table"] = markdown_table(["saved tensor", "dtype", "values", ""], rows)
+    out["saved_shape"] = f"(B, H, N, d) = (1, {h}, {n0}, {d})"
+    flash_saved = meas["flash_saved"]
+    shapes: dict[tuple, int] = {}
+    for shape, _ in flash_saved:
+        shapes[tuple(shape)] = shapes.get(tuple(shape), 0) + 1
+    out["flash_saved"] = ", ".join(f"{count} × `{shape}`" for shape, count in shapes.items())
+    out["flash_saved_count"] = str(len(flash_saved))
+    per_score = {n: meas["naive_peak"][n] / (h * n * n) for n in meas["seqs"]}
+    out["naive_peak_table"] = markdown_table(
+        ["N", "peak", "bytes per score"],
+        [[f"{n:,}", _kib(meas["naive_peak"][n]), f"{v:.1f}"] for n, v in per_score.items()])
+    out["naive_dtype"] = _dtype(meas["dtype"])
+    out["where"] = measured_on()
+
+    # online softmax and the forward, measured here
+    out["softmax_err"] = f"{meas['softmax_err']:.0e}"
+    out["lse_err"] = "0 (bit-exact)" if meas["lse_err"] == 0 else f"{meas['lse_err']:.0e}"
+    out["overflow32"] = "overflows" if meas["overflow32"] else "does not overflow"
+    out["overflow64"] = "float64 too" if meas["overflow64"] else "float64 does not"
+    out["demo_max"] = f"{meas['demo_max']:.0f}"
+    import torch
+    out["exp_limit32"] = f"{math.log(torch.finfo(torch.float32).max):.1f}"
+    out["exp_limit64"] = f"{math.log(torch.finfo(torch.float64).max):.1f}"
+    online = _online_row()
+    out["online_table"] = markdown_table(
+        ["after block", "$m$", "$l$", "$l$ rescaled by"],
+        [[str(j + 1), f"{m:.2f}", f"{l:.2f}", "—" if f is None else f"{f:.2f}"] for j, (m, l, f) in
+         enumerate(online["stats"])])
+    out["flash_err"] = f"{meas['flash_err']:.0e}"
+
+    # the memory check's budget, at its GPU shape (that of the H100 record's memory rows)
+    rec = _speed()
+    mb, mh, mn, md = 1, 16, 4096, 64  # check_flash_attention_memory's shape on a GPU (bf16 where the card has it)
+    tensor = mb * mh * mn * md * 2
+    budget = math.ceil(1.05 * (4 * tensor + 2 * mb * mh * mn * 4))
+    mem_rows = {r["n"]: r for r in rec["flash_attention"]["memory"]}
+    out.update({
+        "check_shape": f"({mb}, {mh}, {mn:,}, {md})",
+        "check_budget": _mib(budget, 1), "check_p": _mib(mb * mh * mn * mn * 2),
+        "rec_ref_4k": _mib(mem_rows[mn]["reference"], 1), "rec_naive_4k": _mib(mem_rows[mn]["naive"]),
+    })
+    cpu_tensor = 1 * h * n0 * d * 4
+    out["cpu_flash_peak"] = _kib(meas["flash_peak"], 1)
+    out["cpu_flash_budget"] = _kib(math.ceil(1.05 * (4 * cpu_tensor + 2 * h * n0 * 4)), 1)
+    out["cpu_shape"] = f"(1, {h}, {n0}, {d})"
+    six_here = 4 * cpu_tensor + 2 * h * n0 * 4
+    six_h100 = 4 * tensor + 2 * mb * mh * mn * 4
+    exact = meas["flash_peak"] == six_here and mem_rows[mn]["reference"] == six_h100
+    out["six_exact"] = ("Both measurements are exactly the six tensors, to the byte: the kernels allocate nothing else"
+                        if exact else "The measurements differ from the six tensors: see the record")
+    out["cpu_naive_n0"] = _kib(meas["naive_peak"][n0], 1)
+    out["n0"] = str(n0)
+
+    # tiles per machine, from memfit.hardware
+    tile_rows = [["`cpu` (interpreter)", "—"] + [_tile_text(_tiles_of(k, "cpu", "d64")) for k in
+                                                   ("flash_forward", "flash_dkdv", "flash_dq")]]
+    for name in ("t4", "v100", "a100", "h100"):  # a100 has no row of its own: it reads the "gpu" row
+        smem = KNOWN_GPUS[name]["shared_memory_per_block"] // KiB
+        tile_rows.append([f"`{name}`", f"{smem} KiB"] + [
+            f"{_tile_text(_tiles_of(k, name, 'd64'))} / {_tiles_of(k, name, 'd128')['BLOCK_M']}×"
+            f"{_tiles_of(k, name, 'd128')['BLOCK_N']}" for k in ("flash_forward", "flash_dkdv", "flash_dq")])
+    out["tiles_table"] = markdown_table(["profile", "shared mem", "forward", "dK, dV", "dQ"], tile_rows)
+    out["max_head_dim"] = str(ref.MAX_HEAD_DIM)
+
+    # the grading plan, read from the checks
+    what = {
+        "online_softmax": "m exact, l by the rule; huge offsets; rows that start with −∞ blocks; a one-pass "
+                          "generator",
+        "attention_tiled": "o and lse by the rule, several tile sizes; peak ≤ o + lse + a few tiles",
+        "flash_forward": "o, lse by the rule; poisoned (NaN) outputs; shapes, dtypes, head dim > "
+                         f"{ref.MAX_HEAD_DIM} raise",
+        "flash_forward_memory": "peak ≤ o + lse (+5%); no PyTorch arithmetic",
+        "flash_backward": "dq, dk, dv by the rule, both masks; peak ≤ dq, dk, dv, Δ (+5%)",
+        "flash_attention_memory": "autograd on (B, N, H, d) views; forward + backward peak ≤ o, lse, Δ, "
+                                  "dq, dk, dv (+5%)",
+    }
+    out["checks_table"] = markdown_table(["check", "points", "what it tests"],
+                                         [[f"`{c.name}`", f"{c.points:g}", what[c.name]] for c in checks.CHECKS])
+    out["checks_count"] = str(len(checks.CHECKS))
+    out["checks_points"] = f"{sum(c.points for c in checks.CHECKS):g}"
+    out["visible_lengths"] = ", ".join(str(s[2]) for s in checks.VISIBLE)
+    out["hidden_dims"] = ", ".join(sorted({str(s[3]) for s in checks.HIDDEN}, key=int))
+    out["large_logit_scale"] = f"{max(s[5] for s in checks.VISIBLE):g}"
+    out["hidden_gpu_lengths"] = ", ".join(f"{s[2]:,}" for s in checks.HIDDEN_GPU)
+
+    # the recorded speed run
+    speed = rec["flash_attention"]["speed"]
+    top_n = max(r["n"] for r in speed)
+    out.update({
+        "speed_source": source(rec), "sweep_source": source(_sweep()),
+        "fwd_vs_flash": _ranges(speed, "vs_flash", "forward"), "fwd_vs_cudnn": _ranges(speed, "vs_cudnn", "forward"),
+        "bwd_vs_flash": _ranges(speed, "vs_flash", "forward + backward"),
+        "bwd_vs_cudnn": _ranges(speed, "vs_cudnn", "forward + backward"),
+        "ours_best_fwd": f"{max(r['tflops']['reference'] for r in speed if r['pass_'] == 'forward'):.0f} TFLOP/s",
+        "ours_best_bwd": f"{max(r['tflops']['reference'] for r in speed if r['pass_'] != 'forward'):.0f} TFLOP/s",
+        "speed_n": f"{top_n:,}", "speed_seqs": ", ".join(f"{n:,}" for n in sorted({r['n'] for r in speed})),
+    })
+    mem = rec["flash_attention"]["memory"]
+    big = mem[-1]
+    out.update({
+        "mem_n": f"{big['n']:,}", "mem_naive": gib(big["naive"], 1), "mem_ref": _mib(big["reference"]),
+        "mem_sdpa": _mib(big["SDPA flash"]), "mem_ratio": f"{big['naive'] / big['reference']:.0f}",
+        "mem_per_score": f"{big['naive'] / (MEMORY_RUN['H'] * big['n'] ** 2):.1f}",
+        "mem_sdpa_ratio": f"{big['SDPA flash'] / big['reference']:.1f}",
+    })
+
+    # the tile sweep
+    sweeps = _sweep_rows()
+    out["sweep_claim"] = ("in every kernel the smallest total" if all(r["chosen"] == r["best"] for r in sweeps)
+                          else "not always the smallest total")
+    sweep_rows = [[f"`{r['kernel']}`", f"{r['chosen']}", f"{r['total']:.2f}", f"{r['runner_up']}",
+                   f"{r['runner_up_total']:.2f}", f"{100 * (r['worst'] - 1):.0f}%"] for r in sweeps]
+    out["sweep_table"] = markdown_table(["kernel", "memfit's tiles", "Σ ms", "runner-up", "Σ ms",
+                                         "worst case vs that case's best"], sweep_rows)
+    out["sweep_n"] = "4,096"  # benchmarks/flash_attention.py's --sweep length, named in the record's table
+    return out
+
+
+# ------------------------------------------------------------------------------------------ figures
+
+def fig_notes_context():
+    """Per-layer bytes of Llama-3.1-8B against context: the notes' 5·b·s²·a against lesson 02's whole block."""
+    from memfit.from_lessons.activations import activation_bytes
+    notes = _notes()
+    cfg = notes["cfg"]
+    seqs = [2 ** k for k in range(10, 18)]
+    five = [5 * s * s * cfg.n_heads / 2**30 for s in seqs]
+    block = [activation_bytes(cfg, 1, s, "amp") / 2**30 for s in seqs]
+    lse = [4 * s * cfg.n_heads / 2**30 for s in seqs]
+    fig, ax = figure(figsize=(7.4, 5.2))
+    ax.loglog(seqs, five, "o-", color=COLORS["activations"], lw=2.5, label="5·b·s²·a (the notes' attention)",
+              base=2)
+    ax.loglog(seqs, block, "s-", color=COLORS["params"], lw=2.5, label="whole block with flash (lesson 02)", base=2)
+    ax.loglog(seqs, lse, "^-", color=COLORS["optimizer"], lw=2.5, label="flash's logsumexp: 4·b·s·a", base=2)
+    ax.set_yscale("log", base=10)
+    ax.plot([notes["s"]], [notes["five"] / 2**30], "o", ms=16, mfc="none", mec="black", mew=2)
+    ax.annotate(f"s = {notes['s'] // 1024}K: {notes['five'] / 2**30:.0f} GiB\nper layer",
+                (notes["s"], notes["five"] / 2**30),
+                xytext=(30, -75), textcoords="offset points", fontsize=15,
+                arrowprops=dict(arrowstyle="->", color="black"))
+    ax.set_xticks(seqs)
+    ax.set_xticklabels([f"{s // 1024}K" for s in seqs])
+    ax.set_xlabel("context length s (batch 1)")
+    ax.set_ylabel("GiB per layer")
+    ax.set_title(f"{cfg.name}, {cfg.n_heads} heads", fontsize=15)
+    ax.legend(loc="upper left", fontsize=13, frameon=False, borderaxespad=0.2)
+    ax.set_ylim(top=max(five) * 3e3)
+    return fig
+
+
+def fig_online_softmax():
+    """One row read in four blocks of 16 by the lesson's online_softmax_stats: each block's scores and the running max m
+    after it (the numbers are in the slide's table)."""
+    row = _online_row()
+    x, width = row["x"], row["width"]
+    fig, ax = figure(figsize=(7.6, 5.0))
+    block_colors = [COLORS["params"], COLORS["grads"], COLORS["optimizer"], COLORS["ours"]]
+    for j, (m, _l, _f) in enumerate(row["stats"]):
+        cols = list(range(j * width, (j + 1) * width))
+        ax.plot(cols, x[j * width:(j + 1) * width], "o", color=block_colors[j], ms=8, label=f"block {j + 1}")
+        if j:
+            ax.axvline(j * width - 0.5, color=COLORS["neutral"], lw=1, ls=":")
+        ax.hlines(m, j * width - 0.5, (j + 1) * width - 0.5, color=COLORS["activations"], lw=3.5)
+        ax.text(j * width + width / 2 - 0.5, m + 0.25, f"m{j + 1}", color=COLORS["activations"], ha="center",
+                va="bottom", fontsize=15)
+    ax.set_xlabel("column of one row of scores")
+    ax.set_ylabel("score")
+    ax.set_xticks([j * width for j in range(len(row["stats"]) + 1)])
+    ax.set_ylim(min(x) - 0.6, max(m for m, _, _ in row["stats"]) + 1.3)
+    ax.set_title("red: the running max m after each block", fontsize=15, color=COLORS["activations"])
+    ax.grid(axis="x", visible=False)
+    return fig
+
+
+def fig_tiling():
+    """The causal forward at N = 100 (no multiple of the tiles) with the interpreter's tiles: which (BLOCK_M x BLOCK_N)
+    tiles of S the kernel computes without a mask, with a mask, or skips; programs take query blocks from the end."""
+    n = TILING_N
+    t = _tiles_of("flash_forward", "cpu", "d64")
+    bm, bn = t["BLOCK_M"], t["BLOCK_N"]
+    tiles = _tiling(n, bm, bn, causal=True)
+    colors = {"full": COLORS["params"], "masked": COLORS["grads"], "skipped": "white"}
+    fig, ax = figure(figsize=(6.0, 6.4))
+    ax.grid(False)
+    for start_m, start_n, kind in tiles:
+        w, hgt = min(bn, n - start_n), min(bm, n - start_m)
+        ax.add_patch(patches.Rectangle((start_n, start_m), w, hgt, facecolor=colors[kind], edgecolor="#555",
+                                       lw=1.0, alpha=0.85 if kind != "skipped" else 1))
+    ax.plot([0, n], [0, n], color=COLORS["activations"], lw=2.5)
+    starts = list(range(0, n, bm))
+    for i, start_m in enumerate(starts):
+        rows = min(bm, n - start_m)
+        label = f"program {len(starts) - 1 - i}" + (f" ({rows} rows)" if rows < bm else "")
+        ax.text(-3, start_m + rows / 2, label, ha="right", va="center", fontsize=17)
+    counts = {k: sum(1 for *_, kind in tiles if kind == k) for k in colors}
+    handles = [patches.Patch(facecolor=colors[k], edgecolor="#555", label=f"{label}: {counts[k]}")
+               for k, label in (("full", "unmasked"), ("masked", "masked"), ("skipped", "skipped"))]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.4, -0.02), ncol=3, fontsize=17,
+              frameon=False, handlelength=1.0, columnspacing=0.8, handletextpad=0.4)
+    ax.set_xlim(-1, n + 1)
+    ax.set_ylim(n + 1, -1)
+    ax.set_aspect("equal")
+    ax.set_xticks(list(range(0, n, 2 * bn)))
+    ax.set_yticks([])
+    ax.tick_params(axis="x", labelsize=15)
+    ax.xaxis.set_ticks_position("top")
+    ax.xaxis.set_label_position("top")
+    ax.set_xlabel(f"N = {n}: keys in blocks of {bn},\nqueries in blocks of {bm}", fontsize=17)
+    ax.spines[["left", "bottom", "right"]].set_visible(False)
+    return fig
+
+
+def fig_backward():
+    """The two backward loops over one causal score matrix of 6 x 6 blocks (a sketch): a flash_dkdv program owns a key
+    block and walks down the query blocks from the diagonal; a flash_dq program owns a query block and walks across
+    the key blocks up to the diagonal."""
+    blocks, key_block, query_block = 6, 1, 4
+    fig, ax = figure(figsize=(5.6, 6.2))
+    ax.grid(False)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    dkdv, dq = COLORS["optimizer"], COLORS["ours"]
+    for i in range(blocks):
+        for j in range(blocks):
+            face = "white" if j > i else "#ececec"
+            if j == key_block and i >= j:
+                face = dkdv
+            if i == query_block and j <= i:
+                face = dq
+            ax.add_patch(patches.Rectangle((j, i), 0.94, 0.94, facecolor=face, edgecolor="#777", lw=0.8,
+                                           hatch="//" if i == j and face != "#ececec" else None))
+    ax.plot([0, blocks], [0, blocks], color=COLORS["activations"], lw=2)
+    ax.annotate("", (key_block + 0.47, blocks - 0.05), (key_block + 0.47, key_block + 0.25),
+                arrowprops=dict(arrowstyle="-|>", lw=3, color="black"))
+    ax.annotate("", (query_block + 0.9, query_block + 0.47), (0.05, query_block + 0.47),
+                arrowprops=dict(arrowstyle="-|>", lw=3, color="black"))
+    ax.text(blocks / 2, -0.15, "keys →", ha="center", va="bottom", fontsize=18)
+    ax.text(-0.15, blocks / 2, "queries →", ha="right", va="center", rotation=90, fontsize=18)
+    handles = [patches.Patch(facecolor=dkdv, edgecolor="#777", label="flash_dkdv: a key block"),
+               patches.Patch(facecolor=dq, edgecolor="#777", label="flash_dq: a query block"),
+               patches.Patch(facecolor="white", edgecolor="#777", hatch="//", label="diagonal: masked")]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(-0.02, 0.02), fontsize=18, frameon=False)
+    ax.set_xlim(-0.7, blocks + 0.1)
+    ax.set_ylim(blocks + 0.1, -0.7)
+    return fig
+
+
+def fig_memory():
+    """The recorded H100 run: peak extra memory of forward + backward against N, log-log, with each line's slope."""
+    rec = _speed()
+    mem = rec["flash_attention"]["memory"]
+    ns = [r["n"] for r in mem]
+    fig, ax = figure(figsize=(7.6, 5.0))
+    for key, label, color, marker in (("naive", "naive attention", COLORS["activations"], "o"),
+                                      ("SDPA flash", "SDPA flash", IMPL_COLORS["SDPA flash"], "s"),
+                                      ("reference", "the lesson's flash_attention", IMPL_COLORS["reference"], "^")):
+        ys = [r[key] / 2**20 for r in mem]
+        slope = math.log(ys[-1] / ys[0]) / math.log(ns[-1] / ns[0])
+        ax.loglog(ns, ys, marker=marker, ls="-", lw=2.5, ms=8, color=color, label=f"{label} (slope {slope:.2f})",
+                  base=2)
+    ax.set_yscale("log", base=10)
+    ax.set_ylim(top=max(r["naive"] for r in mem) / 2**20 * 40)
+    ax.set_xticks(ns)
+    ax.set_xticklabels([f"{n:,}" for n in ns])
+    ax.set_xlabel("sequence length N")
+    ax.set_ylabel("MiB, forward + backward")
+    ax.set_title(f"{rec['device']}: B={MEMORY_RUN['B']}, H={MEMORY_RUN['H']}, d={MEMORY_RUN['d']}, bf16, causal",
+                 fontsize=14)
+    ax.legend(loc="upper left", fontsize=12.5, framealpha=0.95)
+    return fig
+
+
+def fig_speed():
+    """The recorded H100 run at the longest N: TFLOP/s of the lesson's kernels and SDPA's two backends, forward and
+    forward + backward, for head dims 64 and 128, causal or not."""
+    rec = _speed()
+    speed = rec["flash_attention"]["speed"]
+    top_n = max(r["n"] for r in speed)
+    fig, axes = figure(ncols=2, figsize=(12, 4.6), sharey=True)
+    for ax, pass_ in zip(axes, ("forward", "forward + backward")):
+        rows = [r for r in speed if r["n"] == top_n and r["pass_"] == pass_]
+        rows.sort(key=lambda r: (r["d"], r["causal"]))
+        width = 0.27
+        for k, impl in enumerate(IMPLS):
+            xs = [i + (k - 1) * width for i in range(len(rows))]
+            ax.bar(xs, [r["tflops"][impl] for r in rows], width, color=IMPL_COLORS[impl],
+                   label=IMPL_LABELS[impl] if pass_ == "forward" else None)
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels([f"d={r['d']}\n{'causal' if r['causal'] else 'full'}" for r in rows])
+        ax.set_title(pass_, fontsize=15)
+        ax.grid(axis="x", visible=False)
+    axes[0].set_ylabel("TFLOP/s")
+    axes[0].set_ylim(0, 1.18 * max(r["tflops"][i] for r in speed for i in IMPLS))
+    fig.legend(loc="upper center", ncol=3, fontsize=13, frameon=False, bbox_to_anchor=(0.5, 1.07))
+    fig.suptitle(f"B=4, H=32, N={top_n:,}, bf16", y=-0.02, fontsize=13)
+    return fig
