@@ -1,0 +1,588 @@
+"""Lesson 03's deck: ZeRO-1/2/3 with the lesson's reference code (shard_bounds, ZeroAdamW, zero_bytes_per_rank,
+comm_bytes_per_rank, deepspeed_zero3_estimate, prefetch_timeline), the course-tiny GPT trained on simulated ranks
+here and now, the recorded 2 x H200 NCCL run (record "zero"), and the lesson's own demo cells for the offload
+cost model and the prefetch scenario (run from the solution notebook, so their assumptions are the lesson's)."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+import re
+import warnings
+from pathlib import Path
+
+import matplotlib.patches as patches
+
+from slides.figures import COLORS, figure, gb, gib, lesson, markdown_table, measured_on, record, source
+
+LESSON = "03_zero"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / f"{LESSON}.ipynb"
+# The seeds' settings, as the lesson uses them: data parallelism over 8 GPUs of a nominal 80 GB (seed 002's chart),
+# and the ZeRO paper's example (Rajbhandari et al., Figure 1): 7.5B parameters on 64 GPUs.
+NOTES_DP, CARD_BYTES = 8, 80e9
+PAPER_PSI, PAPER_N = 7_500_000_000, 64
+SIM_RANKS, SIM_STEPS = 4, 2  # the simulated demo: 4 ranks as the lesson's; 2 steps (the checks' number) for speed
+STAGE_NAMES = ["DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"]
+RANK_COLORS = [COLORS["params"], COLORS["grads"], COLORS["optimizer"], COLORS["activations"]]
+
+
+def _ref():
+    return lesson(LESSON)
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """The simulated ranks are threads of this process: one intra-op thread each keeps a shared CPU from thrashing."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------------------ the lesson's notebook itself
+
+@functools.cache
+def _cells() -> list[dict]:
+    return json.loads(NOTEBOOK.read_text())["cells"]
+
+
+def _cell(marker: str, kind: str = "code") -> str:
+    found = ["".join(c["source"]) for c in _cells() if c["cell_type"] == kind and marker in "".join(c["source"])]
+    if len(found) != 1:
+        raise RuntimeError(f"{NOTEBOOK.name}: expected one {kind} cell containing {marker!r}, found {len(found)}")
+    return found[0]
+
+
+@functools.cache
+def _demos() -> dict:
+    """Run the lesson's demo cells for the 8B example, DeepSpeed's estimate, the offload cost model and the prefetch
+    scenario, in one namespace that starts from the graded code (as the notebook runs them, minus the printing).
+    prefetch_timeline is wrapped so that every call the prefetch demo makes is kept with its inputs and result."""
+    import os
+
+    import matplotlib.pyplot as plt
+    ns = dict(vars(_ref()))
+    ns.update(plt=plt, os=os)
+    calls = []
+    timeline = ns["prefetch_timeline"]
+
+    def recorded(compute_ms, gather_ms, unit_bytes, prefetch=1):
+        out = timeline(compute_ms, gather_ms, unit_bytes, prefetch=prefetch)
+        calls.append(dict(compute_ms=list(compute_ms), gather_ms=list(gather_ms), unit_bytes=list(unit_bytes),
+                          prefetch=prefetch, **out))
+        return out
+
+    ns["prefetch_timeline"] = recorded
+    markers = ["ZeRO paper, Ψ = 7.5B", "DeepSpeed's \"largest layer\"", "def offload_step_seconds",
+               "prefetch_timeline([c] * units"]
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for marker in markers:
+            exec(compile(_cell(marker), f"{NOTEBOOK.name}: demo cell with {marker!r}", "exec"), ns)
+    titles = [ax.get_title() for row in ns["axes"] for ax in row]
+    plt.close(ns["fig"])
+    for call in calls:  # the demo's panel titles name the link each call models
+        mine = [t for t in titles if f"prefetch {call['prefetch']}: {call['total_ms']:.0f} ms" in t]
+        if len(mine) != 1:
+            raise RuntimeError(f"{NOTEBOOK.name}: cannot tell which panel of the prefetch demo shows {call}")
+        call["link"] = mine[0].split(", prefetch")[0]
+    ns["prefetch_calls"] = calls
+    return ns
+
+
+@functools.cache
+def _notes_runs() -> list[dict]:
+    """The notes' two DeepSpeed runs of Llama-3.1-8B, as the lesson's table quotes them (seed 002)."""
+    text = _cell("DeepSpeed's estimate | seen | time per step", kind="markdown")
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and "V100" in cells[0]:
+            rows.append(dict(run=cells[0], estimate=cells[1], seen=cells[2], time=cells[3],
+                             seconds=float(re.match(r"([\d.]+) s", cells[3]).group(1))))
+    if len(rows) != 2:
+        raise RuntimeError(f"{NOTEBOOK.name}: expected the notes' two DeepSpeed runs in the offload table")
+    offload, plain = sorted(rows, key=lambda r: "no offload" in r["run"])
+    return [offload, plain]
+
+
+# --------------------------------------------------------------------------------------- the computations
+
+@functools.cache
+def _n8b() -> int:
+    return _demos()["n8b"]
+
+
+@functools.cache
+def _simulated() -> dict:
+    """The lesson's demo: the course-tiny GPT on SIM_RANKS simulated ranks, each stage, against unsharded AdamW."""
+    import torch
+    from autograder.checks.zero import OPT_ARGS
+    from memfit.zero import FlatModel, reference_training, simulate, train_ranks
+    from memfit.gpt import COURSE_CONFIGS
+    ref = _ref()
+    with _one_thread():
+        want = reference_training(SIM_RANKS, steps=SIM_STEPS, opt_args=OPT_ARGS)
+        rows = []
+        for stage in range(4):
+            reports = simulate(SIM_RANKS, lambda comm, s=stage: train_ranks(ref.ZeroAdamW, comm, s, steps=SIM_STEPS,
+                                                                           opt_args=OPT_ARGS))
+            rows.append((stage, torch.equal(reports[0].final, want), reports[0]))
+    return {"numel": FlatModel.of(COURSE_CONFIGS["tiny"]).numel, "rows": rows}
+
+
+@functools.cache
+def _collective_bytes() -> dict[str, int]:
+    """What one rank sends in each collective on 3 simulated ranks, for a 24-byte fp32 tensor (the lesson's demo)."""
+    import torch
+    from memfit.zero import simulate
+
+    def run(comm):
+        full = torch.full((6,), float(comm.rank + 1))
+        out = {}
+        before = comm.sent_bytes
+        comm.all_reduce(full.clone())
+        out["all_reduce"] = comm.sent_bytes - before
+        before = comm.sent_bytes
+        comm.reduce_scatter(torch.empty(2), full.clone())
+        out["reduce_scatter"] = comm.sent_bytes - before
+        before = comm.sent_bytes
+        comm.all_gather(torch.empty(6), full[:2].clone())
+        out["all_gather"] = comm.sent_bytes - before
+        return out
+
+    return simulate(3, run)[0]
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f}"
+
+
+def _ranks(values: list[int]) -> str:
+    shown = list(dict.fromkeys(_mib(v) for v in values))
+    return " / ".join(shown)
+
+
+def _short_engine(row: dict) -> str:
+    name = row["engine"]
+    if name.startswith("ZeroAdamW"):
+        return f"ours, stage {name.split()[-1]}"
+    return "FSDP2 per block" if name.startswith("FSDP2") else "ZeroRedundancyOpt."
+
+
+def facts() -> dict[str, str]:
+    from autograder.checks.zero import CHECKS, PAPER, REL_TOL, SEED_FIGURES
+    from memfit.meter import format_bytes
+    from memfit.zero import engine_peak_bytes
+    ref = _ref()
+    n8b = _n8b()
+    out: dict[str, str] = {}
+
+    # title and motivation
+    out["n_checks"] = str(len(CHECKS))
+    out["n_points"] = f"{sum(c.points for c in CHECKS):g}"
+    dp = ref.zero_bytes_per_rank(0, n8b, 1)
+    out["n8b"] = f"{n8b:,}"
+    out["states_8b"] = gb(dp["total"])
+    out["bytes_per_param"] = f"{dp['total'] / n8b:g}"
+    out["notes_dp"] = str(NOTES_DP)
+    out["card"] = gb(CARD_BYTES, 0)
+    out["dp_copies"] = gb(NOTES_DP * dp["total"], 0)
+    out["cluster_total"] = gb(NOTES_DP * CARD_BYTES, 0)
+    offload, plain = _notes_runs()
+    out["notes_offload_time"], out["notes_plain_time"] = offload["time"], plain["time"]
+    out["notes_offload_run"], out["notes_plain_run"] = offload["run"], plain["run"]
+    out["notes_slowdown"] = f"{offload['seconds'] / plain['seconds']:.0f}"
+    stages8 = [ref.zero_bytes_per_rank(s, n8b, NOTES_DP)["total"] for s in range(4)]
+    out["stage8_z1"], out["stage8_z2"], out["stage8_z3"] = (gb(t) for t in stages8[1:])
+    out["stage8_fits"] = ", ".join(STAGE_NAMES[s] for s in range(4) if stages8[s] < CARD_BYTES)
+    out["stage8_room_z3"] = gb(CARD_BYTES - stages8[3])
+
+    # exercise 1: shards
+    lo, hi = ref.shard_bounds(10, 4, 3)
+    out["shard_example"] = f"`shard_bounds(10, 4, 3)` = `({lo}, {hi})`"
+    lo8, hi8 = ref.shard_bounds(n8b, NOTES_DP, NOTES_DP - 1)
+    out["shard_8b"] = f"{hi8 - lo8:,}"
+    out["pad_8b"] = f"{hi8 - n8b:,}"
+
+    # collectives
+    sent = _collective_bytes()
+    out["ar_sent"], out["rs_sent"], out["ag_sent"] = (f"{sent[k]} B" for k in ("all_reduce", "reduce_scatter",
+                                                                                 "all_gather"))
+
+    # the simulated demo
+    sim = _simulated()
+    rows = []
+    for stage, equal, r in sim["rows"]:
+        b = r.buffers
+        rows.append([STAGE_NAMES[stage], "yes" if equal else "**no**", format_bytes(b["params"]),
+                     format_bytes(b["grads"]), format_bytes(b["optimizer"]), format_bytes(r.at_rest),
+                     format_bytes(r.peak), format_bytes(r.sent_per_step)])
+    out["sim_table"] = markdown_table(["stage", "bitwise = AdamW", "params", "grads", "optimizer", "at rest",
+                                       "peak", "sent / step"], rows)
+    out["sim_numel"] = f"{sim['numel']:,}"
+    out["sim_ranks"], out["sim_steps"] = str(SIM_RANKS), str(SIM_STEPS)
+    rests = [r.at_rest for _, _, r in sim["rows"]]
+    peaks = [r.peak for _, _, r in sim["rows"]]
+    out["sim_rest_ratio"] = f"{rests[0] / rests[3]:.1f}"
+    out["sim_peak_ratio"] = f"{peaks[0] / peaks[3]:.1f}"
+    out["sim_where"] = measured_on()
+
+    # exercise 3: the paper's example
+    paper = [ref.zero_bytes_per_rank(s, PAPER_PSI, PAPER_N)["total"] for s in range(4)]
+    out["paper_table"] = markdown_table(
+        ["stage", "`zero_bytes_per_rank`", "the paper"],
+        [[STAGE_NAMES[s], gb(paper[s]), f"{v} GB"] for s, v in PAPER])
+    out["paper_psi"] = f"{PAPER_PSI / 1e9:g}B"
+    out["paper_n"] = str(PAPER_N)
+
+    # exercise 4: communication
+    comm8 = [ref.comm_bytes_per_rank(s, n8b, NOTES_DP) for s in range(4)]
+    out["comm8_dp"], out["comm8_z3"] = gb(comm8[0]), gb(comm8[3])
+    out["comm8_ratio"] = f"{comm8[3] / comm8[0]:.1f}"
+
+    # the recorded run
+    rec = record("zero")
+    body = rec["zero"]
+    numel, world = body["params"], body["world_size"]
+    out["rec_source"] = source(rec)
+    out["rec_gpus"] = str(rec["gpus"])
+    out["rec_model"] = f"course-{body['model']}"
+    out["rec_params"] = f"{numel:,}"
+    out["rec_tokens"] = f"{body['batch']} × {body['seq']}"
+    table = []
+    for row in body["rows"]:
+        if row["dtype"] != "float32":
+            continue
+        stage = 3 if "ZeRO-3" in row["engine"] else 1 if "ZeRO-1" in row["engine"] else int(row["engine"].split()[-1])
+        states = ref.zero_bytes_per_rank(stage, numel, world, 4, 4, 8)["total"]
+        if row["engine"].startswith("ZeroAdamW"):
+            transient = engine_peak_bytes(stage, numel, world, 4, 4)
+            peak_pred = f"{_mib(states + transient['transient'])} ({transient['moment']})"
+            sent = _mib(row["sent_per_step"])
+        else:
+            peak_pred, sent = "n/a", "n/a"
+        table.append([_short_engine(row), _mib(states), _ranks(row["at_rest"]), peak_pred, _ranks(row["peak"]),
+                      sent])
+    out["rec_table"] = markdown_table(["fp32, MiB per rank", "at rest: formula", "measured", "peak: predicted",
+                                       "measured", "sent / step"], table)
+    ours = [r for r in body["rows"] if r["engine"].startswith("ZeroAdamW")]
+    deviation = max(abs(m - r[f"predicted_{k}"]) for r in ours for k in ("at_rest", "peak") for m in r[k])
+    out["rec_max_dev"] = f"{deviation / 2**20:.0f} MiB"
+    errors = [r["max_rel_error"] for r in body["rows"] if r["max_rel_error"] is not None]
+    out["rec_match"] = ("the same weights as unsharded AdamW, bit for bit" if max(errors) == 0 else
+                        f"within {max(errors):.1e} of unsharded AdamW")
+    out["rec_workspace"] = f"{body['rows'][0]['cublas_workspace'] / 2**20:.0f} MiB"
+    fsdp = next(r for r in body["rows"] if r["engine"].startswith("FSDP2"))
+    ours3 = next(r for r in body["rows"] if r["engine"] == "ZeroAdamW stage 3" and r["dtype"] == "float32")
+    zro = next(r for r in body["rows"] if r["engine"].startswith("ZeroRedundancy"))
+    out["fsdp_peak"], out["ours3_peak"] = gib(max(fsdp["peak"]), 2), gib(max(ours3["peak"]), 2)
+    out["fsdp_extra_rest"] = f"{(max(fsdp['at_rest']) - fsdp['predicted_at_rest']) / 2**20:.0f} MiB"
+    out["zro_extra_rest"] = f"{(max(zro['at_rest']) - zro['predicted_at_rest']) / 2**20:.0f} MiB"
+    inv = zro["inventory"]
+    out["zro_uneven"] = f"{abs(inv[0] - inv[1]):,} B"
+
+    # exercise 6: DeepSpeed's estimator
+    ns = _demos()
+    largest = ns["largest"]
+    out["largest_8b"] = f"{largest:,}"
+    from memfit.gpt import LLAMA_3_1_8B
+    if largest != LLAMA_3_1_8B.vocab_size * LLAMA_3_1_8B.d_model:
+        raise RuntimeError("the deck says Llama-3.1-8B's largest layer is its embedding: it no longer is")
+    out["largest_shape"] = f"{LLAMA_3_1_8B.vocab_size:,} × {LLAMA_3_1_8B.d_model:,}"
+    estimates = []
+    for kwargs, which, printed in SEED_FIGURES:
+        cpu, gpu = ref.deepspeed_zero3_estimate(n8b, largest, **kwargs)
+        estimates.append(cpu if which == "cpu" else gpu)
+    out["ds_off_gpu"], out["ds_off_gpu_gb"] = gib(estimates[0], 2), gb(estimates[0], 2)
+    def short(run: str) -> str:
+        return run.replace(", ZeRO-3", "").replace(" offloaded to CPU", " on CPU")
+
+    out["ds_table"] = markdown_table(
+        ["the notes' run", "DeepSpeed said", "our estimator", "seen", "step"],
+        [[short(offload["run"]), offload["estimate"].replace(" per GPU", " GPU"),
+          f"{gib(estimates[0], 2)} GPU, {gib(estimates[1], 2)} CPU", offload["seen"].replace(" per GPU", ""),
+          offload["time"]],
+         [short(plain["run"]), plain["estimate"].replace(" per GPU", " GPU"), f"{gib(estimates[2], 2)} GPU",
+          plain["seen"].replace(" per GPU", ""), plain["time"]]])
+
+    # the offload cost model
+    gpu_s, transfer, implied, measured = ns["gpu_s"], ns["transfer"], ns["implied"], ns["measured"]
+    cpu_s = n8b / implied
+    if abs(gpu_s + transfer + cpu_s - offload["seconds"]) > 1e-6:
+        raise RuntimeError("the lesson's offload demo no longer adds up to the notes' step time")
+    out["off_gpu"], out["off_pcie"], out["off_cpu"] = (f"{v:.1f} s" for v in (gpu_s, transfer, cpu_s))
+    out["off_implied"] = f"{implied / 1e6:.0f} M"
+    out["off_pcie_bw"] = f"{ns['pcie'] / 1e9:.0f} GB/s"
+    out["off_cpu_share"] = f"{100 * cpu_s / offload['seconds']:.0f}%"
+    out["off_traffic"] = gb(30 * n8b, 0)  # the lesson's "about 30 bytes each" read and written by CPU AdamW
+    out["here_adamw"] = f"{measured / 1e6:,.0f} M"
+    # the demo's own call: the offloaded run's 4 GPUs, at this machine's CPU AdamW rate
+    out["here_step"] = f"{ns['offload_step_seconds'](n8b, 4, gpu_s, ns['pcie'], measured):.0f} s"
+    out["here_where"] = measured_on()
+
+    # exercise 7: prefetch
+    calls = ns["prefetch_calls"]
+    c = calls[0]["compute_ms"][0]
+    out["pf_units"] = str(len(calls[0]["compute_ms"]))
+    out["pf_block"] = f"{ns['block'] / 1e6:.0f}M"
+    out["pf_block_bytes"] = gib(calls[0]["unit_bytes"][0], 2)
+    out["pf_compute"] = f"{c:.1f} ms"
+    slow = next(x for x in calls if x["gather_ms"][0] > c)
+    fast = next(x for x in calls if x["gather_ms"][0] <= c)
+    out["pf_gather_fast"], out["pf_gather_slow"] = f"{fast['gather_ms'][0]:.1f} ms", f"{slow['gather_ms'][0]:.1f} ms"
+    out["pf_fast_link"], out["pf_slow_link"] = fast["link"], slow["link"]
+
+    # grading
+    out["rel_tol"] = f"{REL_TOL:g}"
+    points = {c.name: f"{c.points:g}" for c in CHECKS}
+    out.update({f"pts_{name}": p for name, p in points.items()})
+    out["seed_gib"] = " / ".join(f"{v:.2f}" for _, _, v in SEED_FIGURES)
+    out["paper_gb"] = " / ".join(f"{v}" for _, v in PAPER)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- figures
+
+def fig_stages_8b():
+    """Llama-3.1-8B's model states per GPU, DP and ZeRO-1/2/3 on the notes' 8 GPUs, against an 80 GB card."""
+    ref, n8b = _ref(), _n8b()
+    fig, ax = figure(figsize=(6.4, 5.4))
+    bottoms = [0.0] * 4
+    for key, label in (("params", "parameters (bf16)"), ("grads", "gradients (bf16)"),
+                       ("optimizer", "optimizer (fp32 master, m, v)")):
+        vals = [ref.zero_bytes_per_rank(s, n8b, NOTES_DP)[key] / 1e9 for s in range(4)]
+        ax.bar(STAGE_NAMES, vals, bottom=bottoms, color=COLORS[key], label=label, width=0.62)
+        bottoms = [b + v for b, v in zip(bottoms, vals)]
+    for i, total in enumerate(bottoms):
+        ax.text(i, total + 2, f"{total:.1f}", ha="center", va="bottom", fontsize=14)
+    ax.axhline(CARD_BYTES / 1e9, color=COLORS["activations"], ls="--", lw=2)
+    ax.text(3.4, CARD_BYTES / 1e9 + 2, f"one {CARD_BYTES / 1e9:.0f} GB GPU", color=COLORS["activations"],
+            ha="right", va="bottom", fontsize=15)
+    ax.set_ylabel("GB per GPU (model states)")
+    ax.set_ylim(0, max(bottoms) * 1.12)
+    ax.set_title(f"Llama-3.1-8B, mixed precision, N = {NOTES_DP}")
+    ax.legend(loc="upper right", bbox_to_anchor=(1.02, 0.99), frameon=False, fontsize=13)
+    ax.grid(axis="x", visible=False)
+    return fig
+
+
+def fig_shards():
+    """A flat vector of 10 elements on 4 ranks: shards of ceil(10/4) = 3, the last one padded."""
+    ref = _ref()
+    numel, n = 10, 4
+    fig, ax = figure(figsize=(10, 2.7))
+    ax.grid(False)
+    for r in range(n):
+        lo, hi = ref.shard_bounds(numel, n, r)
+        color = RANK_COLORS[r]
+        for i in range(lo, hi):
+            real = i < numel
+            ax.add_patch(patches.Rectangle((i, 0), 0.92, 1, facecolor=color if real else "white", edgecolor=color,
+                                           hatch=None if real else "//", alpha=0.85 if real else 1, lw=2))
+            ax.text(i + 0.46, 0.5, str(i) if real else "pad", ha="center", va="center", fontsize=14,
+                    color="white" if real else color)
+        ax.text((lo + hi) / 2 - 0.04, 1.2, f"rank {r}: [{lo}, {hi})", ha="center", fontsize=15, color=color)
+    size = ref.shard_bounds(numel, n, 0)[1]
+    ax.text(n * size / 2, -0.45, f"Ψ = {numel} elements, N = {n} ranks: shards of ⌈{numel}/{n}⌉ = {size}, "
+            f"{n * size - numel} of padding", ha="center", fontsize=14, color="#555555")
+    ax.set_xlim(-0.2, n * ref.shard_bounds(numel, n, 0)[1] + 0.2)
+    ax.set_ylim(-0.7, 1.55)
+    ax.axis("off")
+    return fig
+
+
+def fig_collectives():
+    """The three collectives on 3 ranks, a vector of 3 chunks: before and after, and what each rank sends."""
+    sent = _collective_bytes()
+    fig, ax = figure(figsize=(12, 4.6))
+    ax.grid(False)
+    ax.axis("off")
+    n, cell, step = 3, 0.5, 0.58
+    sigma = COLORS["ours"]
+
+    def grid(x0, cells):
+        """cells[r][j] = (color or None, text): rank r's chunk j."""
+        for r in range(n):
+            for j in range(n):
+                color, text = cells[r][j]
+                x, y = x0 + j * step, -r * step
+                ax.add_patch(patches.Rectangle((x, y), cell, cell, lw=1.5, facecolor=color or "white",
+                                               edgecolor=color or "#bbbbbb", ls="-" if color else ":"))
+                if text:
+                    ax.text(x + cell / 2, y + cell / 2, text, ha="center", va="center", fontsize=13, color="white")
+
+    own = [[(RANK_COLORS[r], f"x{r}") for _ in range(n)] for r in range(n)]
+    rows = [("all_reduce", own, [[(sigma, "Σ") for _ in range(n)] for _ in range(n)], "all_reduce",
+             "every rank: the sum"),
+            ("reduce_scatter", own, [[(sigma, "Σ") if j == r else (None, "") for j in range(n)] for r in range(n)],
+             "reduce_scatter", "rank r: chunk r of the sum"),
+            ("all_gather", [[(RANK_COLORS[r], f"x{r}") if j == r else (None, "") for j in range(n)] for r in range(n)],
+             [[(RANK_COLORS[j], f"x{j}") for j in range(n)] for _ in range(n)], "all_gather",
+             "every rank: every chunk")]
+    width = n * step
+    for k, (name, before, after, key, what) in enumerate(rows):
+        x = k * (2 * width + 1.25)
+        mid = x + width + 0.3
+        ax.text(mid, 0.85, name, ha="center", fontsize=17, family="monospace")
+        grid(x, before)
+        ax.annotate("", xy=(x + width + 0.5, -0.33), xytext=(x + width + 0.05, -0.33),
+                    arrowprops=dict(arrowstyle="-|>", color="#555555", lw=2))
+        grid(x + width + 0.6, after)
+        ax.text(mid, -1.65, what, ha="center", fontsize=14)
+        ax.text(mid, -2.05, f"each rank sends {sent[key]} B", ha="center", fontsize=14, color=COLORS["activations"])
+    for r in range(n):
+        ax.text(-0.12, -r * step + cell / 2, f"rank {r}", ha="right", va="center", fontsize=13)
+    ax.set_xlim(-1.0, 3 * (2 * width + 1.25) - 0.9)
+    ax.set_ylim(-2.3, 1.2)
+    return fig
+
+
+def fig_step_flow():
+    """What one step does on one rank, stage by stage (the lesson's section 3), and what the rank keeps."""
+    width, height = 14.5, 4.3
+    fig, ax = figure(figsize=(width, height))
+    ax.set_position([0, 0, 1, 1])  # one data unit = one inch: text widths measure in the same units as the boxes
+    ax.set_xlim(0, width)
+    ax.set_ylim(-height, 0)
+    ax.grid(False)
+    ax.axis("off")
+    kinds = {"compute": ("#b9c4d6", "#1f2d3d"), "comm": (COLORS["grads"], "white"),
+             "update": (COLORS["optimizer"], "white")}
+    fwd, bwd = ("forward", "compute"), ("backward", "compute")
+    flows = [
+        [fwd, bwd, ("all-reduce grads, ÷N", "comm"), ("AdamW on all Ψ", "update")],
+        [fwd, bwd, ("reduce-scatter grads, ÷N", "comm"), ("AdamW on own shard", "update"),
+         ("all-gather params", "comm")],
+        [fwd, ("backward, reduce-scatter into grad shard, ÷N", "comm"), ("AdamW on own shard", "update"),
+         ("all-gather params", "comm")],
+        [("all-gather params", "comm"), fwd, ("free, all-gather again", "comm"), bwd,
+         ("reduce-scatter, ÷N", "comm"), ("AdamW on own shard", "update")],
+    ]
+    keeps = ["keeps P, G, K", "keeps P, G, K/N", "keeps P, G/N, K/N", "keeps P/N, G/N, K/N"]
+    renderer = fig.canvas.get_renderer()
+    to_data = ax.transData.inverted()
+    pad, gap, box_h, left = 0.22, 0.07, 0.55, 1.35
+    for s, flow in enumerate(flows):
+        y = -0.2 - s * 0.85 - box_h
+        ax.text(left - 0.12, y + box_h / 2, STAGE_NAMES[s], ha="right", va="center", fontsize=15, weight="bold")
+        x = left
+        for label, kind in flow:
+            face, ink = kinds[kind]
+            text = ax.text(x, y + box_h / 2, label, ha="center", va="center", fontsize=14, color=ink, zorder=3)
+            w = 1.08 * text.get_window_extent(renderer).transformed(to_data).width + pad  # the SVG sets text wider
+            text.set_x(x + w / 2)
+            ax.add_patch(patches.FancyBboxPatch((x, y), w, box_h, boxstyle="round,pad=0.0,rounding_size=0.06",
+                                                facecolor=face, edgecolor="none"))
+            x += w + gap
+        ax.text(x + 0.12, y + box_h / 2, keeps[s], ha="left", va="center", fontsize=14, color="#555555")
+    handles = [patches.Patch(color=kinds[k][0], label=lab) for k, lab in
+               (("compute", "compute"), ("comm", "collective"), ("update", "optimizer"))]
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(left / width, 0.0), ncol=3, frameon=False,
+              fontsize=14)
+    return fig
+
+
+def fig_mem_vs_comm():
+    """The lesson's chart: Llama-3.1-8B's states per rank against the bytes a rank sends per step, N = 8 and 64."""
+    ref, n8b = _ref(), _n8b()
+    fig, ax = figure(figsize=(6.4, 5.4))
+    for n, marker, color, side in ((NOTES_DP, "o", COLORS["params"], -1), (PAPER_N, "s", COLORS["grads"], 1)):
+        mem = [ref.zero_bytes_per_rank(s, n8b, n)["total"] / 1e9 for s in range(4)]
+        comm = [ref.comm_bytes_per_rank(s, n8b, n) / 1e9 for s in range(4)]
+        ax.plot(comm, mem, marker=marker, ms=9, lw=2, color=color, label=f"N = {n}")
+        for s in range(4):
+            where = 1 if s == 3 else side  # ZeRO-3 sits alone at the right: its label goes there
+            ax.annotate(STAGE_NAMES[s], (comm[s], mem[s]), textcoords="offset points", xytext=(where * 9, 0),
+                        fontsize=14, color=color, ha="left" if where > 0 else "right", va="center")
+    ax.set_xlabel("GB sent per rank per step")
+    ax.set_ylabel("model states per rank (GB)")
+    ax.set_yscale("log")
+    lo, hi = ax.get_xlim()
+    ax.set_xlim(lo - 0.35 * (hi - lo), hi + 0.2 * (hi - lo))
+    ax.legend(loc="upper right")
+    return fig
+
+
+def fig_measured():
+    """The recorded 2-GPU NCCL run: each rank's bytes at rest and at peak, measured, with the formulas' marks."""
+    rec = record("zero")
+    rows = rec["zero"]["rows"]
+    fig, ax = figure(figsize=(10, 4.3))
+    labels, w = [], 0.38
+    for i, row in enumerate(rows):
+        rest, peak = max(row["at_rest"]) / 2**30, max(row["peak"]) / 2**30
+        ax.bar(i - w / 2, rest, w, color=COLORS["params"], label="at rest, measured" if i == 0 else None)
+        ax.bar(i + w / 2, peak, w, color=COLORS["grads"], label="peak, measured" if i == 0 else None)
+        ax.plot([i - w, i], [row["predicted_at_rest"] / 2**30] * 2, color="black", lw=2.5,
+                label="predicted" if i == 0 else None)
+        if "predicted_peak" in row:
+            ax.plot([i, i + w], [row["predicted_peak"] / 2**30] * 2, color="black", lw=2.5)
+        if row["engine"].startswith("ZeroAdamW"):
+            labels.append(f"stage {row['engine'].split()[-1]}\n{'fp32' if row['dtype'] == 'float32' else 'bf16'}")
+        else:
+            labels.append("ZeRO\nRedund." if "Redundancy" in row["engine"] else "FSDP2")
+    ax.set_xticks(range(len(rows)), labels, fontsize=12)
+    for x in (3.5, 7.5):
+        ax.axvline(x, color="#cccccc", lw=1)
+    ax.set_ylabel(f"GiB per rank, course-{rec['zero']['model']}")
+    ax.legend(loc="upper right", ncol=3, frameon=False, bbox_to_anchor=(1.0, 1.03), fontsize=12.5,
+              handlelength=1.5, columnspacing=1.2)
+    ax.set_ylim(0, max(max(r["peak"]) for r in rows) / 2**30 * 1.2)
+    ax.grid(axis="x", visible=False)
+    return fig
+
+
+def fig_offload_time():
+    """The notes' two step times, the offloaded one split by the lesson's cost model."""
+    ns, n8b = _demos(), _n8b()
+    offload, plain = _notes_runs()
+    gpu_s, transfer = ns["gpu_s"], ns["transfer"]
+    cpu_s = n8b / ns["implied"]
+    fig, ax = figure(figsize=(10, 3.6))
+    ax.barh([1], [plain["seconds"]], color=COLORS["params"], height=0.55)
+    ax.text(plain["seconds"] + 0.8, 1, f"{plain['seconds']:g} s: GPU compute", va="center", fontsize=14)
+    left = 0.0
+    for value, color, label in ((gpu_s, COLORS["params"], "GPU"), (transfer, COLORS["grads"], "PCIe"),
+                                (cpu_s, COLORS["optimizer"], "CPU AdamW")):
+        ax.barh([0], [value], left=left, color=color, height=0.55)
+        if value > 5:
+            ax.text(left + value / 2, 0, f"{label} {value:.1f} s", ha="center", va="center", color="white",
+                    fontsize=14)
+        else:
+            ax.annotate(f"{label} {value:.1f} s", (left + value / 2, 0.28), xytext=(left + value / 2 + 3, 0.55),
+                        fontsize=13, arrowprops=dict(arrowstyle="-", color="#555555"))
+        left += value
+    ax.set_yticks([0, 1], ["4 × V100\noptimizer on CPU", "8 × V100\nno offload"])
+    ax.set_xlabel("seconds per step (the notes' runs; split by the lesson's cost model)")
+    ax.set_ylim(-0.5, 1.6)
+    ax.grid(axis="y", visible=False)
+    return fig
+
+
+def fig_prefetch():
+    """The lesson's prefetch scenario (Llama-3.1-8B blocks as FSDP units) on its two links, prefetch 0 and 1."""
+    calls = _demos()["prefetch_calls"]
+    links = list(dict.fromkeys(c["link"] for c in calls))
+    fig, axes = figure(nrows=2, ncols=2, figsize=(12.5, 6.0), sharex="col")
+    for call in calls:
+        col, row = links.index(call["link"]), call["prefetch"]
+        ax = axes[row][col]
+        g, c = call["gather_ms"][0], call["compute_ms"][0]
+        ax.broken_barh([(s, g) for s in call["gather_start"]], (1, 0.8), facecolor=COLORS["grads"],
+                       edgecolor="white")
+        ax.broken_barh([(s, c) for s in call["compute_start"]], (0, 0.8), facecolor=COLORS["params"],
+                       edgecolor="white")
+        ax.set_yticks([0.4, 1.4], ["compute", "gather"])
+        ax.set_title(f"{call['link']}, prefetch {call['prefetch']}\n{call['total_ms']:.0f} ms, "
+                     f"{call['exposed_ms']:.0f} ms exposed, {call['peak_bytes'] / 2**30:.2f} GiB gathered at most",
+                     fontsize=14)
+        ax.grid(axis="y", visible=False)
+    for ax in axes[1]:
+        ax.set_xlabel("ms")
+    fig.tight_layout()
+    return fig
