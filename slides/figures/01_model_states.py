@@ -10,7 +10,8 @@ import textwrap
 
 import matplotlib.patches as patches
 
-from slides.figures import COLORS, RESULTS, figure, gb, gib, lesson, markdown_table, measured_on, record, source
+from slides.figures import COLORS, figure, gb, gib, lesson, markdown_table, measured_on, record, source
+from slides.figures import file_date, find_line, newest_result  # text records
 
 LESSON = "01_model_states"
 
@@ -134,10 +135,7 @@ def _measured_states() -> list[dict]:
 def _notebook_log() -> dict:
     """Lesson 01's section of the newest recorded H100 run of the notebooks (a text log: make notebooks on a GPU),
     with the numbers its GPU-only cells printed."""
-    logs = sorted(RESULTS.glob("*h100*notebooks.txt"))
-    if not logs:
-        raise FileNotFoundError("no *h100*notebooks.txt under benchmarks/results/: run the notebooks on an H100")
-    path = logs[-1]
+    path = newest_result("*h100*notebooks.txt")
     text = path.read_text()
     section = re.search(r"ran top to bottom[^\n]*\n(.*?solutions/01_model_states\.ipynb: ran top to bottom[^\n]*)",
                         text, re.S)
@@ -146,16 +144,13 @@ def _notebook_log() -> dict:
     body = section.group(1)
 
     def find(pattern: str) -> re.Match:
-        match = re.search(pattern, body)
-        if match is None:
-            raise ValueError(f"{path}: lesson 01's section lacks {pattern!r}")
-        return match
+        return find_line(pattern, body, path, 0)
 
     head = find(r"torch (\S+), device: cuda \((\w+): ([^,]+),")
     small = find(r"(course-\w+): ([\d,]+) parameters, batch (\d+) x (\d+) tokens, (\w+)")
     return {
         "path": f"benchmarks/results/{path.name}", "torch": head.group(1), "device": head.group(3),
-        "date": re.search(r"\d{4}-\d{2}-\d{2}", path.name).group(0),
+        "date": file_date(path),
         "model": small.group(1), "n": int(small.group(2).replace(",", "")), "batch": small.group(3),
         "seq": small.group(4), "precision": small.group(5),
         "predicted": ast.literal_eval(find(r"predicted states: (\{.*\})").group(1)),

@@ -9,7 +9,8 @@ import re
 
 import matplotlib.patches as patches
 
-from slides.figures import COLORS, RESULTS, figure, gib, lesson, markdown_table, measured_on, record, source
+from slides.figures import COLORS, figure, gib, lesson, markdown_table, measured_on, record, source
+from slides.figures import file_date, find_line, newest_result  # text records
 
 LESSON = "04_kernel_fusion"
 MiB = 2**20
@@ -26,14 +27,11 @@ def _bench() -> dict:
 def _notebook_run() -> dict:
     """The notebook's own run on a GPU (benchmarks/results/*-lesson04.txt, the newest): the three regimes,
     the convergence demo and the compile check, read from its printed lines."""
-    path = sorted(RESULTS.glob("*-lesson04.txt"))[-1]
+    path = newest_result("*-lesson04.txt")
     text = path.read_text()
 
     def find(pattern: str) -> re.Match:
-        m = re.search(pattern, text)
-        if m is None:
-            raise ValueError(f"{path.name}: no line matches {pattern!r}")
-        return m
+        return find_line(pattern, text, path, 0)
 
     head = find(r"# Lesson 04 on an? (.+?) \(torch ([^,]+), triton ([^)]+)\)")
     copy, square = find(r"bandwidth: copy\s+([\d.]+) GB/s \(ceiling\); x\*x\s+([\d.]+) GB/s").groups()
@@ -45,7 +43,7 @@ def _notebook_run() -> dict:
         text, re.M)]
     return {
         "device": head.group(1), "torch": head.group(2), "triton": head.group(3),
-        "date": re.search(r"\d{4}-\d{2}-\d{2}", path.name).group(0), "path": f"benchmarks/results/{path.name}",
+        "date": file_date(path), "path": f"benchmarks/results/{path.name}",
         "overhead_us": float(find(r"overhead:\s+([\d.]+) us").group(1)),
         "tiny_elements": int(find(r"the op itself: ([\d,]+) elements").group(1).replace(",", "")),
         "copy_bps": float(copy) * 1e9, "square_bps": float(square) * 1e9,

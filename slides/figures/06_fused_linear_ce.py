@@ -10,7 +10,8 @@ import re
 
 import matplotlib.patches as patches
 
-from slides.figures import COLORS, RESULTS, figure, gib, lesson, markdown_table, measured_on, record, source
+from slides.figures import COLORS, figure, gib, lesson, markdown_table, measured_on, record, source
+from slides.figures import file_date, newest_result  # text records
 
 LESSON = "06_fused_linear_ce"
 BENCH = "fused_linear_ce"
@@ -80,10 +81,7 @@ def _timelines() -> dict:
 def _log() -> dict:
     """The newest text log of the notebook run under benchmarks/results/ (*-lesson06.txt): the dW drift and the
     chunked loss's memory, which the benchmark's JSON does not hold. Shaped like record() for source()."""
-    paths = sorted(RESULTS.glob("*-lesson06.txt"))
-    if not paths:
-        raise FileNotFoundError("no *-lesson06.txt under benchmarks/results/: run the notebook on a GPU")
-    path = paths[-1]
+    path = newest_result("*-lesson06.txt")
     text = path.read_text()
     head = re.search(r"^# Lesson 06 on an? (.+?) \(torch (\S+), triton (\S+)\)", text, re.M)
     low, torch_err = re.search(r"PyTorch in (\w+): max \|error\| of dW (\S+)", text).groups()
@@ -96,7 +94,7 @@ def _log() -> dict:
     if not (head and drift and sizes and measured):
         raise ValueError(f"{path.name}: the lesson-06 log no longer has the lines this deck reads")
     return {"device": head.group(1), "torch": head.group(2), "triton": head.group(3),
-            "date": re.search(r"\d{4}-\d{2}-\d{2}", path.name).group(0), "path": f"benchmarks/results/{path.name}",
+            "date": file_date(path), "path": f"benchmarks/results/{path.name}",
             "low": low, "torch_err": float(torch_err), "drift": drift, "measured": measured,
             "sizes": tuple(int(s) for s in sizes.groups()[:3]), "sizes_dtype": sizes.group(4)}
 

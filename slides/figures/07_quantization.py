@@ -12,7 +12,8 @@ import re
 
 import matplotlib.patches as patches
 
-from slides.figures import RESULTS, STYLE, COLORS, figure, gib, lesson, markdown_table, measured_on, record, source
+from slides.figures import STYLE, COLORS, figure, gib, lesson, markdown_table, measured_on, record, source
+from slides.figures import file_date, newest_result  # text records
 
 LESSON = "07_quantization"
 GB = 1e9
@@ -89,20 +90,13 @@ def _q4_demo() -> dict:
 
 # ---------------------------------------------------------------------------------- the lesson's H100 log
 
-def _newest(pattern: str):
-    found = sorted(RESULTS.glob(pattern))
-    if not found:
-        raise FileNotFoundError(f"no file benchmarks/results/{pattern}")
-    return found[-1]
-
-
 @functools.cache
 def _lesson_log() -> dict:
     """The error table the lesson printed on an H100 (benchmarks/results/*-lesson07.txt)."""
-    path = _newest("*-lesson07.txt")
+    path = newest_result("*-lesson07.txt")
     text = path.read_text()
     head = re.search(r"^# Lesson 07 on an? (.+?) \(torch (\S+), triton ([^)]+)\)", text, re.M)
-    date = re.search(r"(\d{4}-\d{2}-\d{2})", path.name).group(1)
+    date = file_date(path)
     errors = {}
     for kind, method, w, y in re.findall(r"^(Gaussian|heavy-tailed)\s+(int8 per tensor|Q8_0|Q4_0)\s+weights\s+"
                                          r"([\d.]+)%\s+layer output\s+([\d.]+)%", text, re.M):
@@ -177,7 +171,7 @@ def _shapes() -> list[str]:
 @functools.cache
 def _tiles_md() -> dict:
     """The H100 sweep of the two ways to load the scales (benchmarks/results/*-int8-matmul-tiles.md)."""
-    path = _newest("*-int8-matmul-tiles.md")
+    path = newest_result("*-int8-matmul-tiles.md")
     text = path.read_text()
     head = re.search(r"^# (.+?) \(sm_\d+\), (\d{4}-\d{2}-\d{2})", text, re.M)
     versions = re.search(r"^torch (\S+), triton (\S+?)\.?\s", text, re.M)
@@ -191,7 +185,7 @@ def _tiles_md() -> dict:
 @functools.cache
 def _convergence() -> dict:
     """The grader's convergence check run on the reference, on a CPU (benchmarks/results/*-adamw8bit-convergence.md)."""
-    path = _newest("*-adamw8bit-convergence.md")
+    path = newest_result("*-adamw8bit-convergence.md")
     text = path.read_text()
     head = re.search(r"^# .*?, (CPU \([^)]*\)), torch (\S+), triton (\S+)\s*$", text, re.M)
     floor = float(re.search(r"loss floor\): ([\d.]+) nats", text).group(1))
@@ -199,7 +193,7 @@ def _convergence() -> dict:
             re.findall(r"^\| (\d+)-(\d+) \| ([\d.]+) \| ([\d.]+) \| ([+-][\d.]+)% \|", text, re.M)]
     if not (head and rows):
         raise ValueError(f"{path.name}: the convergence table was not found")
-    date = re.search(r"(\d{4}-\d{2}-\d{2})", path.name).group(1)
+    date = file_date(path)
     return {"rows": rows, "floor": floor,
             "source": f"{head.group(1)}, torch {head.group(2)}, triton {head.group(3)}, {date}: "
                       f"benchmarks/results/{path.name}"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -85,3 +86,25 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def newest_result(pattern: str) -> Path:
+    """The newest file under benchmarks/results/ matching a glob, for records kept as text (a notebook's log printed
+    on a GPU, a Markdown table) that record() cannot read."""
+    found = sorted(RESULTS.glob(pattern))
+    if not found:
+        raise FileNotFoundError(f"no file benchmarks/results/{pattern}: run the lesson's notebook or benchmark on a "
+                                f"GPU to record one")
+    return found[-1]
+
+
+def find_line(pattern: str, text: str, where: Path, flags: int = re.M) -> re.Match:
+    """re.search that names the record and the missing line when a text record no longer holds what a deck reads."""
+    match = re.search(pattern, text, flags)
+    if match is None:
+        raise ValueError(f"{where.name}: no line matches {pattern!r}; the deck reads it from this record")
+    return match
+
+
+def file_date(path: Path) -> str:
+    return re.search(r"\d{4}-\d{2}-\d{2}", path.name).group(0)
