@@ -256,6 +256,16 @@ def _check_rows() -> list[list[str]]:
     return [[f"`{c.name}`", f"{c.points:g}", what[c.name]] for c in CHECKS]
 
 
+def _traffic_facts(prefix: str, op: dict) -> dict[str, str]:
+    """One fused op's shape, eager kernel counts and passes over memory, eager against fused (RMSNorm, SwiGLU)."""
+    out = {f"{prefix}_shape": f"{op['shape'][0]:,} × {op['shape'][1]:,}",
+           f"{prefix}_fwd_kernels": str(len(op["eager_fwd"].ops)), f"{prefix}_bwd_kernels": str(len(op["eager_bwd"].ops))}
+    for way in ("fwd", "bwd"):
+        out[f"{prefix}_eager_{way}_passes"] = _passes(op[f"eager_{way}"].bytes, op["unit"])
+        out[f"{prefix}_fused_{way}_passes"] = _passes(op[f"fused_{way}"], op["unit"])
+    return out
+
+
 def facts() -> dict[str, str]:
     import torch
     from autograder.checks.kernel_fusion import CHECKS
@@ -320,13 +330,8 @@ def facts() -> dict[str, str]:
         "meter_eager": f"{meter['eager'] / KiB:,.0f} KiB", "meter_fused": f"{meter['fused'] / KiB:,.0f} KiB",
         "meter_where": measured_on(),
         # RMSNorm
-        "rms_shape": f"{rms['shape'][0]:,} × {rms['shape'][1]:,}",
-        "rms_fwd_kernels": str(len(rms["eager_fwd"].ops)), "rms_bwd_kernels": str(len(rms["eager_bwd"].ops)),
+        **_traffic_facts("rms", rms),
         "rms_fwd_ops": ", ".join(f"`{op}`" for op, _, _ in rms["eager_fwd"].ops),
-        "rms_eager_fwd_passes": _passes(rms["eager_fwd"].bytes, rms["unit"]),
-        "rms_eager_bwd_passes": _passes(rms["eager_bwd"].bytes, rms["unit"]),
-        "rms_fused_fwd_passes": _passes(rms["fused_fwd"], rms["unit"]),
-        "rms_fused_bwd_passes": _passes(rms["fused_bwd"], rms["unit"]),
         "rms_max_row": f"{config('rmsnorm')['BLOCK']:,}",
         "launch_table": markdown_table(["model", "hidden h", "BLOCK", "num_warps", "values / thread",
                                         "bwd programs / SM"], _launch_rows()),
@@ -336,13 +341,8 @@ def facts() -> dict[str, str]:
         "sweep_table": markdown_table(["hidden"] + [f"{k} per SM" for k in next(iter(sweep.values()))],
                                       sweep_rows),
         # SwiGLU
-        "sw_shape": f"{sw['shape'][0]:,} × {sw['shape'][1]:,}",
-        "sw_fwd_kernels": str(len(sw["eager_fwd"].ops)), "sw_bwd_kernels": str(len(sw["eager_bwd"].ops)),
+        **_traffic_facts("sw", sw),
         "sw_bwd_ops": ", ".join(f"`{op}`" for op, _, _ in sw["eager_bwd"].ops),
-        "sw_eager_fwd_passes": _passes(sw["eager_fwd"].bytes, sw["unit"]),
-        "sw_eager_bwd_passes": _passes(sw["eager_bwd"].bytes, sw["unit"]),
-        "sw_fused_fwd_passes": _passes(sw["fused_fwd"], sw["unit"]),
-        "sw_fused_bwd_passes": _passes(sw["fused_bwd"], sw["unit"]),
         "sw_block": str(config("swiglu")["BLOCK"]),
         "sw_grid": f"({TOKENS:,}, {triton.cdiv(ffn, min(config('swiglu')['BLOCK'], triton.next_power_of_2(ffn)))})",
         "sw_f": f"{ffn:,}",
