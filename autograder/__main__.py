@@ -1,13 +1,15 @@
-"""make grade: python -m autograder [--notebooks DIR | --submissions DIR] [--workers N] [--out DIR]
+"""make grade: python -m autograder [--notebooks DIR | --submissions DIR] [--workers N] [--out DIR] [--backend ray]
 
 --notebooks DIR     grade DIR/NN_topic.ipynb as one student, named after the folder (default: lessons)
 --submissions DIR   grade DIR/<student>/NN_topic.ipynb for every student
+Each student x lesson runs in a fresh process under the limits autograder/sandbox.py describes. A notebook
+already in the gradebook with the same bytes and the same grader keeps its rows, so an interrupted run
+restarts where it stopped (--regrade grades everything again).
 Exit status: 0 when every notebook could be graded (whatever its score), 2 when some could not.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -24,8 +26,16 @@ def main(argv=None) -> int:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--notebooks", type=Path, help="one folder of notebooks, graded as one student")
     source.add_argument("--submissions", type=Path, help="a folder with one subfolder of notebooks per student")
-    parser.add_argument("--workers", type=int, default=0, help="checks run at once (default: 1 on a GPU, cores on CPU)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="notebooks graded at once (default: one per GPU, or one per core without a GPU)")
     parser.add_argument("--out", type=Path, default=Path("grades"), help="where gradebook.csv and feedback/ go")
+    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="ray: one Ray task per student x lesson (pip install ray; --ray-address or RAY_ADDRESS "
+                             "names a running cluster, else a local one is started)")
+    parser.add_argument("--ray-address", default=None, help="address of a running Ray cluster")
+    parser.add_argument("--regrade", action="store_true", help="grade again notebooks the gradebook already has")
+    parser.add_argument("--memory-gib", type=float, default=None,
+                        help="host memory per grading process (default: the machine's share per worker, at most 16)")
     args = parser.parse_args(argv)
 
     import memfit  # noqa: F401  (before anything imports triton)
@@ -54,8 +64,11 @@ def main(argv=None) -> int:
     for p in problems:
         print(f"error: {p}", file=sys.stderr)
 
-    workers = args.workers or (1 if memfit.HAS_GPU else (os.cpu_count() or 1))
-    jobs = grade(students, args.out, workers)
+    if args.workers < 0:
+        print(f"error: --workers must be 0 (automatic) or more, not {args.workers}", file=sys.stderr)
+        return 2
+    jobs = grade(students, args.out, args.workers, backend=args.backend, regrade=args.regrade,
+                 memory_gib=args.memory_gib, ray_address=args.ray_address)
     print_summary(jobs, args.out)
     problems += [j.problem for j in jobs if j.problem]
     if problems:

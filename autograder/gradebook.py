@@ -8,7 +8,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-COLUMNS = ("student", "lesson", "check", "points", "max_points", "status", "message")
+COLUMNS = ("student", "lesson", "check", "points", "max_points", "status", "message", "fingerprint")
+COLUMNS_V1 = COLUMNS[:-1]  # gradebooks written before fingerprints: read, then regraded
 STATUSES = ("passed", "failed", "error", "timeout", "skipped")
 
 
@@ -21,6 +22,7 @@ class Row:
     max_points: float
     status: str
     message: str
+    fingerprint: str = ""  # the notebook's bytes and the grader's code (autograder.runner.fingerprint)
 
 
 def read(path: Path) -> list[Row]:
@@ -29,10 +31,10 @@ def read(path: Path) -> list[Row]:
     try:
         with path.open(newline="") as f:
             reader = csv.DictReader(f)
-            if tuple(reader.fieldnames or ()) != COLUMNS:
+            if tuple(reader.fieldnames or ()) not in (COLUMNS, COLUMNS_V1):
                 raise ValueError(f"columns {reader.fieldnames}")
             return [Row(r["student"], r["lesson"], r["check"], float(r["points"]), float(r["max_points"]),
-                        r["status"], r["message"]) for r in reader]
+                        r["status"], r["message"], r.get("fingerprint") or "") for r in reader]
     except (ValueError, KeyError, csv.Error) as exc:
         backup = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
         path.rename(backup)

@@ -8,6 +8,7 @@ broken cell costs only the functions it defines. Jupyter magics (% and ! lines) 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import linecache
@@ -120,10 +121,69 @@ def strip_magics(source: str) -> str:
     return _MAGIC.sub(lambda m: f"{m.group(1)}pass", source)
 
 
-def graded_cells(nb: dict) -> list[tuple[int, str]]:
-    """(1-based cell index, source) of the code the grader executes, in notebook order."""
+def grade_id(cell: dict) -> str | None:
+    meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+    return meta.get("grade_id") if isinstance(meta, dict) else None
+
+
+def graded_cells(nb: dict, test_ids: frozenset = frozenset()) -> list[tuple[int, str]]:
+    """(1-based cell index, source) of the code the grader executes, in notebook order. A cell whose grade_id
+    is a test cell of the released lesson (test_ids) is skipped whatever its metadata now says."""
     return [(i, strip_magics(cell_source(c))) for i, c in enumerate(nb["cells"], start=1)
-            if c.get("cell_type") == "code" and not is_test_cell(c) and not is_demo_cell(c)]
+            if c.get("cell_type") == "code" and not is_test_cell(c) and not is_demo_cell(c)
+            and grade_id(c) not in test_ids]
+
+
+def nbgrader_checksum(cell: dict) -> str:
+    """nbgrader's checksum of a cell (nbgrader.utils.compute_checksum), without importing nbgrader."""
+    meta = cell["metadata"]["nbgrader"]
+    grade, solution, locked = bool(meta.get("grade")), bool(meta.get("solution")), bool(meta.get("locked"))
+    locked = locked or solution or grade  # nbgrader.utils.is_locked: solution cells are not locked
+    locked = False if solution else locked
+    m = hashlib.md5()
+    for part in (cell_source(cell), cell.get("cell_type", ""), str(grade), str(solution), str(locked), meta["grade_id"]):
+        m.update(part.encode("utf-8"))
+    if grade:
+        m.update(str(float(meta["points"])).encode("utf-8"))
+    return m.hexdigest()
+
+
+def release_of(lesson: str) -> dict | None:
+    """The released lesson (lessons/NN_topic.ipynb, what learners were given), or None."""
+    try:
+        return read_notebook(ROOT / "lessons" / f"{lesson}.ipynb")
+    except NotebookError:
+        return None
+
+
+def locked_cell_problems(nb: dict, release: dict, solution: dict | None = None) -> list[str]:
+    """The released notebook's locked cells (the visible test cells) that the submission edited or deleted,
+    found by nbgrader's checksums: the release's stored checksum against the submission's recomputed one
+    (the solution notebook's version of a cell, with its hidden tests, is accepted too)."""
+    submitted = {grade_id(c): c for c in nb["cells"] if grade_id(c)}
+    instructor = {grade_id(c): cell_source(c) for c in (solution or {}).get("cells", []) if grade_id(c)}
+    problems = []
+    for cell in release["cells"]:
+        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        if not meta.get("locked") or "checksum" not in meta:
+            continue
+        mine = submitted.get(meta["grade_id"])
+        if mine is None:
+            problems.append(f"locked cell {meta['grade_id']} was deleted")
+            continue
+        try:
+            edited = nbgrader_checksum({**mine, "metadata": {"nbgrader": {**meta, "grade_id": meta["grade_id"]}}}) != meta["checksum"]
+        except (KeyError, TypeError, AttributeError):
+            edited = True
+        if edited and instructor.get(meta["grade_id"]) == cell_source(mine):
+            edited = False
+        if edited:
+            problems.append(f"locked cell {meta['grade_id']} was edited")
+    return problems
+
+
+def test_cell_ids(release: dict | None) -> frozenset:
+    return frozenset(grade_id(c) for c in (release or {}).get("cells", []) if is_test_cell(c) and grade_id(c))
 
 
 def _run_cell(code, namespace: dict, timeout_s: float | None) -> None:
@@ -143,10 +203,12 @@ def _run_cell(code, namespace: dict, timeout_s: float | None) -> None:
         signal.signal(signal.SIGALRM, previous)
 
 
-def load_notebook(path: str | Path, cell_timeout_s: float | None = 60.0) -> LoadedNotebook:
-    """Execute a notebook's graded code into a fresh module."""
+def load_notebook(path: str | Path, cell_timeout_s: float | None = 60.0,
+                  test_ids: frozenset = frozenset(), nb: dict | None = None) -> LoadedNotebook:
+    """Execute a notebook's graded code into a fresh module (test_ids: see graded_cells; nb: its JSON, when
+    already read)."""
     path = Path(path)
-    nb = read_notebook(path)
+    nb = nb if nb is not None else read_notebook(path)
     lesson = lesson_of(nb, path)
     module = types.ModuleType(f"notebook_{lesson}")
     module.__file__ = str(path)
@@ -154,10 +216,13 @@ def load_notebook(path: str | Path, cell_timeout_s: float | None = 60.0) -> Load
     loaded = LoadedNotebook(path, lesson, module)
     real_exit, os._exit = os._exit, _refuse_exit  # a stray os._exit costs its cell, not the notebook
     try:
-        _run_cells(nb, path, module, loaded, cell_timeout_s)
+        _run_cells(nb, path, module, loaded, cell_timeout_s, test_ids)
     finally:
         os._exit = real_exit
     return loaded
+
+
+CELL_FILENAME = re.compile(r"^<.+\.ipynb cell \d+>$")  # the file name of code compiled from a notebook's cells
 
 
 def compile_cell(source: str, path: Path, index: int):
@@ -168,8 +233,8 @@ def compile_cell(source: str, path: Path, index: int):
     return compile(source, filename, "exec")
 
 
-def _run_cells(nb, path, module, loaded, cell_timeout_s) -> None:
-    for index, source in graded_cells(nb):
+def _run_cells(nb, path, module, loaded, cell_timeout_s, test_ids) -> None:
+    for index, source in graded_cells(nb, test_ids):
         try:
             code = compile_cell(source, path, index)
             _run_cell(code, module.__dict__, cell_timeout_s)

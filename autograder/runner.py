@@ -1,24 +1,37 @@
-"""Grades notebooks: every check of every notebook in its own subprocess, with a time limit."""
+"""Grades a class: each student x lesson in a fresh process (autograder.child) under the limits of
+autograder.sandbox, notebooks in parallel, the gradebook written atomically after each one.
+
+A child runs a notebook's checks in order. When it hangs past a check's time limit, passes the memory limit,
+crashes or loses its CUDA context, that check gets its row (timeout / error) and the checks after it run in a new
+process. Rows already in the gradebook for the same notebook bytes and the same grader are kept, not regraded,
+so an interrupted run restarts where it stopped.
+"""
 from __future__ import annotations
 
+import hashlib
 import os
+import queue
+import select
 import signal
 import subprocess
 import sys
-import json
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import course_env, feedback, gradebook
+from autograder import ROOT, course_env, feedback, gradebook, sandbox
 from autograder.checks import Check, checks_for
+from autograder.child import EXIT_CUDA_ERROR, verify
 from autograder.gradebook import Row
 from autograder.notebook_loader import LESSON_NAME, NotebookError, lesson_of, read_notebook
 
-LOAD_ALLOWANCE_S = 90.0  # importing torch and running a notebook's cells, on top of a check's own limit
+LOAD_ALLOWANCE_S = 90.0  # importing torch and running a notebook's cells, before the first check starts
+CPU_TIME_FACTOR = 2.0  # RLIMIT_CPU: this many CPU seconds per thread per second of the wall-time budget
 OUTPUT_TAIL = 600
+POLL_S = 0.25
 
 
 @dataclass
@@ -28,7 +41,19 @@ class Job:
     lesson: str
     checks: list[Check]
     problem: str | None = None  # why the notebook cannot be graded at all
+    fingerprint: str = ""
     rows: list[Row] = field(default_factory=list)
+    reused: bool = False  # rows taken from the gradebook of an earlier run
+
+
+@dataclass
+class Settings:
+    workers: int
+    limits: sandbox.Limits
+    gpus: list[str]  # CUDA device ids, one worker each (several workers share a GPU round-robin)
+    check_timeout_s: float | None = None  # overrides every check's own limit (MEMFIT_CHECK_TIMEOUT_S)
+    cell_timeout_s: float = 60.0
+    out_dir: Path = Path("grades")
 
 
 def _has_gpu() -> bool:
@@ -36,41 +61,50 @@ def _has_gpu() -> bool:
     return HAS_GPU
 
 
+def settings_for(workers: int, out_dir: Path, memory_gib: float | None = None) -> Settings:
+    """Workers default to one per GPU, or one per core without a GPU; each child gets its share of the cores."""
+    gpus = []
+    if _has_gpu():
+        import torch
+        gpus = [str(i) for i in range(torch.cuda.device_count())]
+    workers = workers or len(gpus) or os.cpu_count() or 1
+    per_gpu = -(-workers // len(gpus)) if gpus else 0
+    memory = int(memory_gib * 2**30) if memory_gib else sandbox.default_memory_bytes(workers)
+    limits = sandbox.Limits(memory_bytes=memory, cpu_seconds=None,
+                            gpu_fraction=round(0.95 / per_gpu, 3) if gpus else None,
+                            threads=max(1, (os.cpu_count() or 1) // workers))
+    timeout = os.environ.get("MEMFIT_CHECK_TIMEOUT_S")
+    return Settings(workers, limits, gpus, float(timeout) if timeout else None,
+                    float(os.environ.get("MEMFIT_CELL_TIMEOUT_S", 60)), out_dir)
+
+
 def _tail(text: str) -> str:
     text = " ".join(text.strip().split())
     return text if len(text) <= OUTPUT_TAIL else "…" + text[-OUTPUT_TAIL:]
 
 
-def run_check(notebook: Path, check: Check) -> tuple[str, str]:
-    """(status, message) of one check, in a fresh process."""
-    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
-        result = Path(tmp) / "result.json"
-        log = Path(tmp) / "output.txt"
-        env = course_env(MPLBACKEND="Agg", PYTHONHASHSEED="0")
-        limit = float(os.environ.get("MEMFIT_CHECK_TIMEOUT_S", check.timeout_s + LOAD_ALLOWANCE_S))
-        with log.open("w") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "autograder.run_check", str(notebook.resolve()), check.name, str(result)],
-                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp, env=env,
-                                    start_new_session=True)
-            try:
-                code = proc.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return "timeout", (f"did not finish within {limit:g} s: look for an endless loop, a blocking call "
-                                   "or a problem size far too large")
-            finally:
-                try:  # nothing the check started may outlive it
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        if result.exists():
-            data = json.loads(result.read_text())
-            return data["status"], data["message"]
-        reason = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-        hint = " (out of memory?)" if code == -signal.SIGKILL else ""
-        return "error", (f"the process running this check ended ({reason}{hint}) before the check finished: "
-                         f"does the notebook call os._exit, sys.exit or crash? Output: {_tail(log.read_text(errors='replace'))}")
+# ------------------------------------------------------------------------------ what a notebook is
+
+def _source_digest() -> str:
+    """The grader's and the course library's code and the released lessons: a change regrades everything."""
+    h = hashlib.sha256()
+    for pattern in ("autograder/**/*.py", "memfit/**/*.py", "lessons/*.ipynb"):
+        for path in sorted(ROOT.glob(pattern)):
+            h.update(str(path.relative_to(ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+GRADER_DIGEST = _source_digest()
+
+
+def fingerprint(notebook: Path) -> str:
+    h = hashlib.sha256(GRADER_DIGEST.encode())
+    try:
+        h.update(notebook.read_bytes())
+    except OSError as exc:
+        h.update(repr(exc).encode())
+    return h.hexdigest()[:16]
 
 
 def _checks_or_none(lesson: str) -> list[Check]:
@@ -85,66 +119,262 @@ def _checks_or_none(lesson: str) -> list[Check]:
 
 def plan(student: str, notebook: Path) -> Job:
     """What to grade in one notebook; a notebook that cannot be read becomes rows of errors."""
+    fp = fingerprint(notebook)
     try:
         lesson = lesson_of(read_notebook(notebook), notebook)
     except NotebookError as exc:  # rows for the checks of the lesson its file name claims
-        return Job(student, notebook, notebook.stem, _checks_or_none(notebook.stem), problem=str(exc))
+        return Job(student, notebook, notebook.stem, _checks_or_none(notebook.stem), problem=str(exc), fingerprint=fp)
     checks = _checks_or_none(lesson)
     if not checks:
-        return Job(student, notebook, lesson, [], problem=f"{notebook}: no checks exist for lesson {lesson}")
-    return Job(student, notebook, lesson, checks)
+        return Job(student, notebook, lesson, [], problem=f"{notebook}: no checks exist for lesson {lesson}",
+                   fingerprint=fp)
+    return Job(student, notebook, lesson, checks, fingerprint=fp)
 
 
-def grade_job(job: Job, workers: int, progress) -> None:
-    gpu = _has_gpu()
+# ---------------------------------------------------------------------------------- one child process
 
-    def one(check: Check) -> Row:
+@dataclass
+class Stop:
+    """Why a child stopped before reporting every check: the check it was running (None: while loading)."""
+    check: str | None
+    status: str
+    message: str
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_child(notebook: Path, lesson: str, checks: list[Check], settings: Settings, gpu: str | None,
+              on_result=lambda name, status: None) -> tuple[dict[str, tuple[str, str]], Stop | None]:
+    """Run `checks` of one notebook in one child. Returns {check: (status, message)} and why it stopped early."""
+    key = os.urandom(32)
+    limits = settings.limits
+    budget = LOAD_ALLOWANCE_S + sum(settings.check_timeout_s or c.timeout_s for c in checks)
+    limits = sandbox.Limits(limits.memory_bytes, int(CPU_TIME_FACTOR * limits.threads * budget) + 60,
+                            limits.gpu_fraction, limits.threads)
+    env = course_env(MPLBACKEND="Agg", PYTHONHASHSEED="0", MEMFIT_THREADS=str(limits.threads),
+                     OMP_NUM_THREADS=str(limits.threads), MEMFIT_CELL_TIMEOUT_S=str(settings.cell_timeout_s),
+                     MEMFIT_GRADES_DIR=str(settings.out_dir.resolve()))
+    if limits.gpu_fraction:
+        env["MEMFIT_GPU_FRACTION"] = str(limits.gpu_fraction)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    results: dict[str, tuple[str, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
+        log_path = Path(tmp) / "output.txt"
+        read_end, write_end = os.pipe()
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(
+                [*sandbox.network_wrapper(), sys.executable, "-m", "autograder.child", str(notebook.resolve()), lesson,
+                 ",".join(c.name for c in checks), str(write_end)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env, pass_fds=(write_end,),
+                preexec_fn=sandbox.preexec(limits, address_space_limit=not settings.gpus))
+        os.close(write_end)
+        try:
+            proc.stdin.write(key.hex().encode() + b"\n")
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        stop = _watch(proc, read_end, key, checks, settings, results, on_result)
+        _kill(proc)  # nothing the child started may outlive it
+        proc.wait()
+        os.close(read_end)
+        if stop is None and len(results) < len(checks) and proc.returncode != EXIT_CUDA_ERROR:
+            code = proc.returncode
+            reason = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+            hint = {-signal.SIGKILL: " (out of memory?)", -signal.SIGXCPU: " (its CPU-time limit)"}.get(code, "")
+            running = _running(checks, results)
+            stop = Stop(running, "error", (
+                f"the process running this check ended ({reason}{hint}) before the check finished: does the notebook "
+                f"call os._exit, sys.exit or crash? Output: {_tail(log_path.read_text(errors='replace'))}"))
+    return results, stop
+
+
+def _running(checks: list[Check], results: dict, started: set | None = None) -> str | None:
+    """The check a child was running: the first started one without a result (None if it had not loaded)."""
+    for c in checks:
+        if c.name not in results and (started is None or c.name in started):
+            return c.name
+    return None
+
+
+def _watch(proc, fd, key, checks, settings, results, on_result) -> Stop | None:
+    """Read the child's signed lines until it exits; stop it when a limit is passed."""
+    limit_of = {c.name: settings.check_timeout_s or c.timeout_s for c in checks}
+    started: set[str] = set()
+    loaded, current, since = False, None, time.monotonic()
+    buffer = b""
+    memory = settings.limits.memory_bytes
+    next_memory_poll = 0.0
+    while True:
+        ready, _, _ = select.select([fd], [], [], POLL_S)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:  # the child closed the pipe: it is exiting
+                proc.wait()
+                return None
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                record = verify(key, line.decode(errors="replace"))
+                if record is None:
+                    continue
+                if record["event"] == "loaded":
+                    loaded, since = True, time.monotonic()
+                elif record["event"] == "start" and record.get("check") in limit_of:
+                    current, since = record["check"], time.monotonic()
+                    started.add(current)
+                elif record["event"] == "result" and record.get("check") in limit_of:
+                    results[record["check"]] = (record["status"], record["message"])
+                    on_result(record["check"], record["status"])
+                    current, since = None, time.monotonic()
+        now = time.monotonic()
+        if current is not None and now - since > limit_of[current]:
+            _kill(proc)
+            return Stop(current, "timeout", f"did not finish within {limit_of[current]:g} s: look for an endless loop, "
+                                             "a blocking call or a problem size far too large")
+        load_limit = LOAD_ALLOWANCE_S + 3 * settings.cell_timeout_s
+        if not loaded and now - since > load_limit:
+            _kill(proc)
+            return Stop(None, "timeout", f"the notebook did not load within {load_limit:g} s (its cells, each "
+                                         f"stopped after {settings.cell_timeout_s:g} s, and the imports)")
+        if memory and now >= next_memory_poll:
+            next_memory_poll = now + 1.0
+            used = sandbox.resident_bytes(proc.pid)
+            if used > memory:
+                _kill(proc)
+                return Stop(_running(checks, results, started), "error",
+                            f"used {used / 2**30:.1f} GiB of host memory, more than the grader's limit of "
+                            f"{memory / 2**30:.1f} GiB per notebook: the grader stopped it")
+        if proc.poll() is not None and not ready:
+            # exited; drain what is left in the pipe on the next turn, then EOF ends the loop
+            ready2, _, _ = select.select([fd], [], [], 0)
+            if not ready2:
+                return None
+
+
+def grade_notebook(job: Job, settings: Settings, gpu: str | None = None, progress=lambda label: None) -> list[Row]:
+    """Every row of one student x lesson: children until each check has a result."""
+    gpu_here = bool(settings.gpus)
+    results: dict[str, tuple[str, str]] = {}
+    for check in job.checks:
         if job.problem:
-            status, message = "error", job.problem
-        elif check.needs_gpu and not gpu:
-            status, message = "skipped", "skipped: needs a GPU"
-        else:
-            status, message = run_check(job.notebook, check)
-        progress(f"{job.student}/{job.lesson}:{check.name} {status}")
-        return Row(job.student, job.lesson, check.name, check.points if status == "passed" else 0.0,
-                   check.points, status, message)
+            results[check.name] = ("error", job.problem)
+        elif check.needs_gpu and not gpu_here:
+            results[check.name] = ("skipped", "skipped: needs a GPU")
+    for name in results:
+        progress(f"{job.student}/{job.lesson}:{name} {results[name][0]}")
+    pending = [c for c in job.checks if c.name not in results]
+    while pending:
+        got, stop = run_child(job.notebook, job.lesson, pending, settings, gpu,
+                              on_result=lambda name, status: progress(f"{job.student}/{job.lesson}:{name} {status}"))
+        results.update(got)
+        if stop is not None:
+            victims = [stop.check] if stop.check else [c.name for c in pending if c.name not in results]
+            for name in victims:
+                if name not in results:
+                    results[name] = (stop.status, stop.message)
+                    progress(f"{job.student}/{job.lesson}:{name} {stop.status}")
+        left = [c for c in pending if c.name not in results]
+        if len(left) == len(pending):  # no progress at all: never loop
+            for c in left:
+                results[c.name] = ("error", "grader error, please report it: the grading process reported nothing")
+                progress(f"{job.student}/{job.lesson}:{c.name} error")
+            left = []
+        pending = left
+    return [Row(job.student, job.lesson, c.name, c.points if results[c.name][0] == "passed" else 0.0, c.points,
+                results[c.name][0], results[c.name][1], job.fingerprint) for c in job.checks]
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        job.rows = list(pool.map(one, job.checks))
 
+# ------------------------------------------------------------------------------------------ the class
 
 class Progress:
-    """A one-line progress bar on stderr (a line per step when stderr is not a terminal)."""
+    """A one-line progress bar on stderr (a line per step when stderr is not a terminal), with the time left."""
 
     def __init__(self, total: int):
         self.total, self.done, self.start = total, 0, time.perf_counter()
         self.tty = sys.stderr.isatty()
+        self.lock = threading.Lock()
 
     def __call__(self, label: str) -> None:
-        self.done += 1
-        width = 30
-        filled = width * self.done // max(1, self.total)
-        elapsed = time.perf_counter() - self.start
-        left = elapsed / self.done * (self.total - self.done)
-        line = f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} checks, ~{left:.0f} s left  {label}"
-        if self.tty:
-            sys.stderr.write("\r\033[K" + line)
-            if self.done == self.total:
-                sys.stderr.write("\n")
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        with self.lock:
+            self.done += 1
+            width = 30
+            filled = width * self.done // max(1, self.total)
+            elapsed = time.perf_counter() - self.start
+            left = elapsed / self.done * (self.total - self.done)
+            line = (f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} checks, "
+                    f"{_clock(elapsed)} elapsed, ~{_clock(left)} left  {label}")
+            if self.tty:
+                sys.stderr.write("\r\033[K" + line)
+                if self.done == self.total:
+                    sys.stderr.write("\n")
+            else:
+                sys.stderr.write(line + "\n")
+            sys.stderr.flush()
 
 
-def grade(students: dict[str, list[Path]], out_dir: Path, workers: int) -> list[Job]:
-    """Grade every student's notebooks; write the gradebook after each notebook and the feedback."""
-    jobs = [plan(student, nb) for student, notebooks in students.items() for nb in notebooks]
-    progress = Progress(sum(len(j.checks) for j in jobs))
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def reuse_graded(jobs: list[Job], book: Path) -> None:
+    """Take the rows of notebooks graded before (same fingerprint, a row for every check) from the gradebook."""
+    earlier: dict[tuple[str, str], list[Row]] = {}
+    for row in gradebook.read(book):
+        earlier.setdefault((row.student, row.lesson), []).append(row)
     for job in jobs:
+        rows = earlier.get((job.student, job.lesson), [])
+        if rows and all(r.fingerprint == job.fingerprint for r in rows) and \
+                sorted(r.check for r in rows) == sorted(c.name for c in job.checks):
+            order = {c.name: i for i, c in enumerate(job.checks)}
+            job.rows, job.reused = sorted(rows, key=lambda r: order[r.check]), True
+
+
+def record(job: Job, out_dir: Path, lock: threading.Lock) -> None:
+    with lock:
+        gradebook.merge(out_dir / "gradebook.csv", job.rows)
+        feedback.write_feedback(out_dir / "feedback", job.student, job.lesson, job.rows)
+
+
+def grade(students: dict[str, list[Path]], out_dir: Path, workers: int, backend: str = "local",
+          regrade: bool = False, memory_gib: float | None = None, ray_address: str | None = None) -> list[Job]:
+    """Grade every student's notebooks; the gradebook is merged and written after each notebook."""
+    settings = settings_for(workers, out_dir, memory_gib)
+    jobs = [plan(student, nb) for student, notebooks in students.items() for nb in notebooks]
+    if not regrade:
+        reuse_graded(jobs, out_dir / "gradebook.csv")
+    todo = [j for j in jobs if not j.reused]
+    if len(todo) < len(jobs):
+        print(f"{len(jobs) - len(todo)} notebook(s) already graded (same file, same grader): kept their rows "
+              "(--regrade grades them again)", file=sys.stderr)
+    for job in todo:
         if job.problem:
             print(f"error: {job.problem}", file=sys.stderr)
-        grade_job(job, workers, progress)
-        if job.rows:
-            gradebook.merge(out_dir / "gradebook.csv", job.rows)
-            feedback.write_feedback(out_dir / "feedback", job.student, job.lesson, job.rows)
+    progress = Progress(sum(len(j.checks) for j in todo))
+    lock = threading.Lock()
+    if backend == "ray":
+        from autograder.ray_backend import grade_on_ray
+        grade_on_ray(todo, settings, progress, lambda job: record(job, out_dir, lock), ray_address)
+        return jobs
+    slots: queue.Queue = queue.Queue()
+    for i in range(settings.workers):
+        slots.put(settings.gpus[i % len(settings.gpus)] if settings.gpus else None)
+
+    def one(job: Job) -> None:
+        gpu = slots.get()
+        try:
+            job.rows = grade_notebook(job, settings, gpu, progress)
+        finally:
+            slots.put(gpu)
+        record(job, out_dir, lock)
+
+    with ThreadPoolExecutor(max_workers=settings.workers) as pool:
+        for future in [pool.submit(one, job) for job in todo]:
+            future.result()
     return jobs
