@@ -14,6 +14,7 @@ agree. Graded code cannot reset the meter: while it runs, PyTorch's reset functi
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import weakref
 from collections import Counter
@@ -116,20 +117,46 @@ _RESET_FUNCTIONS = (
 )
 
 
+_measuring = 0  # > 0 while measure_peak runs the measured code
+
+
+def _refuse(*_args, **_kwargs):
+    raise MeterTampered("the measured code tried to reset the peak-memory statistics; "
+                        "remove torch.cuda.reset_peak_memory_stats from your function")
+
+
 @contextlib.contextmanager
 def _resets_forbidden():
-    def refuse(*_args, **_kwargs):
-        raise MeterTampered("the measured code tried to reset the peak-memory statistics; "
-                            "remove torch.cuda.reset_peak_memory_stats from your function")
-
+    global _measuring
     saved = [(mod, name, getattr(mod, name)) for mod, name in _RESET_FUNCTIONS if hasattr(mod, name)]
     for mod, name, _ in saved:
-        setattr(mod, name, refuse)
+        setattr(mod, name, _refuse)
+    _measuring += 1
     try:
         yield
     finally:
+        _measuring -= 1
         for mod, name, original in saved:
             setattr(mod, name, original)
+
+
+def install_reset_guards() -> None:
+    """Wrap PyTorch's reset functions for the rest of the process, so that a reference to one saved before
+    measure_peak runs (in a notebook cell, say) raises too while the meter measures. The grader's child calls
+    this before it loads a notebook."""
+    def guarded(original):
+        @functools.wraps(original)
+        def reset(*args, **kwargs):
+            if _measuring:
+                _refuse()
+            return original(*args, **kwargs)
+        reset.__memfit_guard__ = True
+        return reset
+
+    for mod, name in _RESET_FUNCTIONS:
+        original = getattr(mod, name, None)
+        if original is not None and not getattr(original, "__memfit_guard__", False):
+            setattr(mod, name, guarded(original))
 
 
 @contextlib.contextmanager
