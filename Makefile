@@ -1,6 +1,6 @@
 # Fitting LLM training into GPU memory: the course's commands.
-#   make lab | test | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [WORKERS=N] | lessons | slides [DECKS="..."] | test-slides
-#   | bench | clean
+#   make lab | test | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [WORKERS=N] [BACKEND=ray] [REGRADE=1] | export | lessons
+#   | slides [DECKS="..."] | test-slides | bench | clean
 #   make zero-torchrun [NPROC=2] [STAGE=3] [OPTIMIZER=lessons/03_zero.ipynb::ZeroAdamW]   (lesson 03 under torchrun)
 # The first use of any target creates .venv with the pinned packages of requirements.txt.
 # On a machine that already has torch and triton (a lent GPU box, a conda env), skip the venv:
@@ -21,7 +21,14 @@ RUN := PATH="$(BIN)$$PATH" PYTHONPATH="$(CURDIR)" $(PYTHON)
 NOTEBOOKS ?=
 SUBMISSIONS ?=
 WORKERS ?= 0
+BACKEND ?= local
+REGRADE ?=
+GRADES ?= grades
 GRADE_SOURCE := $(if $(SUBMISSIONS),--submissions $(SUBMISSIONS),--notebooks $(or $(NOTEBOOKS),lessons))
+
+# Ray (make grade BACKEND=ray, and its test in make test) is an optional extra: requirements-ray.txt.
+RAY_OK  := $(VENV)/.ray-installed
+RAY_DEP := $(if $(ENV_DEP),$(RAY_OK))
 
 # The decks (make slides, make test-slides) also need Playwright (requirements-slides.txt), npm once (reveal.js and
 # KaTeX, slides/package-lock.json) and Chromium. make test installs Playwright when Chromium is present; without
@@ -29,10 +36,10 @@ GRADE_SOURCE := $(if $(SUBMISSIONS),--submissions $(SUBMISSIONS),--notebooks $(o
 SLIDES_OK  := $(VENV)/.slides-installed
 SLIDES_DEP := $(if $(ENV_DEP),$(SLIDES_OK))
 CHROMIUM   := $(or $(CHROMIUM),$(shell command -v chromium || command -v chromium-browser || command -v google-chrome))
-TEST_DEP   := $(ENV_DEP) $(if $(CHROMIUM),$(SLIDES_DEP))
+TEST_DEP   := $(ENV_DEP) $(RAY_DEP) $(if $(CHROMIUM),$(SLIDES_DEP))
 DECKS ?=
 
-.PHONY: env lab test grade lessons slides test-slides bench zero-torchrun clean
+.PHONY: env lab test grade export lessons slides test-slides bench zero-torchrun clean
 
 env: $(ENV_DEP)
 
@@ -46,6 +53,10 @@ $(SLIDES_OK): requirements-slides.txt $(ENV_OK)
 	$(VENV)/bin/pip install -q -r requirements-slides.txt 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 	$(VENV)/bin/python -c "import playwright.sync_api" && touch $@
 
+$(RAY_OK): requirements-ray.txt $(ENV_OK)
+	$(VENV)/bin/pip install -q -r requirements-ray.txt 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+	$(VENV)/bin/python -c "import ray" && touch $@
+
 lab: $(ENV_DEP)
 	$(RUN) -m jupyter lab lessons/
 
@@ -58,8 +69,12 @@ slides: $(ENV_DEP) $(SLIDES_DEP)
 test-slides: $(ENV_DEP) $(SLIDES_DEP)
 	$(RUN) -m pytest tests/test_slides.py -q -ra
 
-grade: $(ENV_DEP)
-	$(RUN) -m autograder $(GRADE_SOURCE) --workers $(WORKERS)
+grade: $(ENV_DEP) $(if $(filter ray,$(BACKEND)),$(RAY_DEP))
+	$(RUN) -m autograder $(GRADE_SOURCE) --workers $(WORKERS) --backend $(BACKEND) --out $(GRADES) $(if $(REGRADE),--regrade)
+
+export: $(ENV_DEP)
+	$(RUN) -m autograder.export --gradebook $(GRADES)/gradebook.csv --nbgrader-csv $(GRADES)/nbgrader_export.csv \
+	  --lms-csv $(GRADES)/totals.csv
 
 lessons: $(ENV_DEP)
 	$(RUN) -m tools.make_lessons

@@ -142,6 +142,7 @@ class Stop:
 
 
 def _kill(proc: subprocess.Popen) -> None:
+    sandbox.kill_tree(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
