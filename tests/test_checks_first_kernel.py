@@ -90,6 +90,25 @@ def test_gpu_check_is_skipped_under_a_grader_without_a_gpu(monkeypatch):
             checks.check_scaled_add_gpu(ref.scaled_add, cases="all")
 
 
+@pytest.mark.parametrize("wrong", [
+    mutants.scaled_add_no_store_mask, mutants.scaled_add_grid_floor, mutants.scaled_add_alpha_on_x,
+    mutants.scaled_add_ignores_out, mutants.scaled_add_in_pytorch, mutants.scaled_add_fp32_temporaries,
+], ids=lambda f: f.__name__)
+def test_gpu_check_rejects_mutants(wrong):
+    if not torch.cuda.is_available():
+        pytest.skip("skipped: needs a GPU")
+    with pytest.raises(CheckFailed):
+        checks.check_scaled_add_gpu(wrong, cases="all")
+
+
+@pytest.mark.parametrize("right", [mutants.scaled_add_block_64, mutants.scaled_add_block_4096],
+                         ids=lambda f: f.__name__)
+def test_gpu_check_passes_alternatives(right):
+    if not torch.cuda.is_available():
+        pytest.skip("skipped: needs a GPU")
+    checks.check_scaled_add_gpu(right, cases="all")
+
+
 def test_gpu_check_tells_a_learner_without_failing_their_run_all(monkeypatch, capsys):
     if torch.cuda.is_available():
         pytest.skip("skipped: this machine has a GPU")

@@ -40,6 +40,17 @@ def test_pow4_alternative_passes():
     checks.check_pow4_memory(mutants.pow4_other_block, cases="all")
 
 
+@pytest.mark.parametrize("check, right", [
+    (checks.check_rmsnorm_forward, (mutants.rmsnorm_forward_in_column_blocks,)),
+    (checks.check_rmsnorm_backward, (ref.rmsnorm_forward, mutants.rmsnorm_backward_row_per_program)),
+    (checks.check_rmsnorm_backward, (mutants.rmsnorm_forward_in_column_blocks, mutants.rmsnorm_backward_row_per_program)),
+    (checks.check_swiglu, (mutants.swiglu_forward_block_256, mutants.swiglu_backward_block_256)),
+], ids=["rmsnorm forward in column blocks", "rmsnorm backward, a program per row", "rmsnorm both alternatives",
+        "swiglu in blocks of 256"])
+def test_kernel_alternatives_pass(check, right):
+    check(*right, cases="all")
+
+
 @pytest.mark.parametrize("wrong, message", [
     (mutants.rmsnorm_forward_mean_not_rms, "exceeds the tolerance|PyTorch did arithmetic"),
     (mutants.rmsnorm_forward_rstd_in_x_dtype, "rstd should be fp32"),

@@ -31,6 +31,7 @@ def test_reference_converges():
 @pytest.mark.parametrize("quantize, dequantize, message", [
     (mutants.q8_truncates, mutants.q8_dequantize, r"exceeds the format's bound \S+ \(0.5 x the block's scale\)"),
     (mutants.q8_scale_255, mutants.q8_dequantize, r"the scale of block \d+ is .* = fp16\(absmax / 127\)"),
+    (mutants.q8_scale_from_mean, mutants.q8_dequantize, r"the scale of block \d+ is .* = fp16\(absmax / 127\)"),
     (ref.quantize_q8_0, mutants.q8_dequantize_drops_tail, r"dequantized: \d+ values are NaN: never written"),
     (mutants.q8_in_pytorch, mutants.q8_dequantize, r"PyTorch did arithmetic"),
 ])
@@ -94,7 +95,14 @@ def test_convergence_rejects_an_optimizer_without_bias_correction():
 @pytest.mark.parametrize("check, right, cases", [
     (checks.check_q4_0, (mutants.q4_quantize, mutants.q4_dequantize), "hidden"),
     (checks.check_adamw8bit_step, (mutants.adam_right_by_subclass,), "all"),
-], ids=["q4_0 in another form", "adamw8bit by subclass"])
+    (checks.check_q8_0, (mutants.q8_quantize_8_blocks, mutants.q8_dequantize_8_blocks), "all"),
+    (checks.check_q4_0, (mutants.q4_quantize_8_blocks, mutants.q4_dequantize_8_blocks), "all"),
+    (checks.check_int8_matmul, (mutants.mm_other_tiles,), "all"),
+    (checks.check_int8_matmul_memory, (mutants.mm_other_tiles,), "all"),
+    (checks.check_blockwise, (mutants.bw_quantize_by_distance, mutants.bw_dequantize_by_take), "all"),
+], ids=["q4_0 in another form", "adamw8bit by subclass", "q8_0 in 8 blocks per program",
+        "q4_0 in 8 blocks per program", "int8 matmul in other tiles", "int8 matmul memory in other tiles",
+        "blockwise by distance and take"])
 def test_right_alternatives_pass(check, right, cases):
     check(*right, cases=cases)
 

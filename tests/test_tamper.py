@@ -277,3 +277,24 @@ def test_unchanged_checks_of_attackers_still_grade(attacks):
     """The guards cost the attack, not the honest parts of the notebook graded before it."""
     assert rows_by(attacks[1], "frames_gc")["bytes_of"]["status"] == "passed"
     assert rows_by(attacks[1], "reads_hidden_checks")["scaled_add_numerics"]["status"] == "passed"
+
+
+HOST_MEMORY_HOG = """
+import math, torch
+def bytes_of(shape, dtype):
+    hog = torch.ones(2**30, dtype=torch.float32)  # 4 GiB of host memory, past a 3 GiB limit
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+"""
+
+
+def test_host_memory_limit_costs_only_the_check_that_passed_it(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU machine the host limit is the parent's watchdog, tested on CPU here")
+    subs = tmp_path / "subs"
+    (subs / "hog").mkdir(parents=True)
+    (subs / "hog" / f"{LESSON}.ipynb").write_text(json.dumps(_replace(load("solutions"), "bytes_of_solution", HOST_MEMORY_HOG)))
+    proc = run_grader("--submissions", subs, "--workers", 1, "--out", tmp_path / "g", "--memory-gib", 3)
+    rows = rows_by(tmp_path / "g", "hog")
+    assert rows["bytes_of"]["status"] == "error" and "memory" in rows["bytes_of"]["message"], (rows, proc.stderr[-2000:])
+    assert rows["scaled_add_numerics"]["status"] == rows["scaled_add_memory"]["status"] == "passed"

@@ -63,6 +63,45 @@ def rmsnorm_backward_dw_of_last_program(dy, x, weight, rstd):  # partial sums ne
     return dx, (dy.reshape(-1, x.shape[-1]).float() * xhat)[-1].to(weight.dtype)
 
 
+@triton.jit
+def _rmsnorm_forward_looped_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, stride, n_cols, eps, BLOCK: tl.constexpr):
+    """One program per row, two passes over blocks of BLOCK columns: the sum of squares, then y."""
+    row = tl.program_id(0)
+    base = row.to(tl.int64) * stride
+    squares = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + base + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        squares += x * x
+    rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / n_cols + eps)
+    tl.store(rstd_ptr + row, rstd)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + base + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        tl.store(y_ptr + base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+def rmsnorm_forward_in_column_blocks(x, weight, eps=1e-5):  # right: the row in blocks of 256, read twice
+    h = x.shape[-1]
+    rows = x.reshape(-1, h).contiguous()
+    y = torch.empty_like(rows)
+    rstd = torch.empty(rows.shape[0], dtype=torch.float32, device=x.device)
+    _rmsnorm_forward_looped_kernel[(rows.shape[0],)](rows, weight, y, rstd, rows.stride(0), h, eps, BLOCK=256)
+    return y.view(x.shape), rstd
+
+
+def rmsnorm_backward_row_per_program(dy, x, weight, rstd):  # right: one program per row, dw summed over all rows
+    h = x.shape[-1]
+    rows, grads = x.reshape(-1, h).contiguous(), dy.reshape(-1, h).contiguous()
+    n_rows = rows.shape[0]
+    dx = torch.empty_like(rows)
+    partial = torch.empty(n_rows, h, dtype=torch.float32, device=x.device)
+    ref.rmsnorm_backward_kernel[(n_rows,)](grads, rows, weight, rstd, dx, partial, rows.stride(0), n_rows, h, 1,
+                                           BLOCK=triton.next_power_of_2(h))
+    return dx.view(x.shape), partial.sum(0).to(weight.dtype)
+
+
 # ----------------------------------------------------------------------------------------- SwiGLU
 def swiglu_backward_silu_derivative_wrong(dh, gate, up):  # d silu/dg taken as sigmoid(g)
     d = ref.swiglu_backward(dh, gate, up)
@@ -74,6 +113,23 @@ def swiglu_backward_silu_derivative_wrong(dh, gate, up):  # d silu/dg taken as s
 def swiglu_backward_stores_silu(dh, gate, up):  # right numbers, but materialises silu(gate) with PyTorch
     s = torch.sigmoid(gate)
     return torch.cat([dh * up * s * (1 + gate * (1 - s)), dh * torch.nn.functional.silu(gate)], dim=-1)
+
+
+def swiglu_forward_block_256(gate, up):  # right: blocks of 256 columns, so a row spans several programs
+    g, u = ref._row_view(gate), ref._row_view(up)
+    h = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    f = g.shape[1]
+    ref.swiglu_forward_kernel[(g.shape[0], triton.cdiv(f, 256))](g, u, h, g.stride(0), u.stride(0), f, BLOCK=256)
+    return h
+
+
+def swiglu_backward_block_256(dh, gate, up):  # right: blocks of 256 columns
+    g, u, grads = ref._row_view(gate), ref._row_view(up), dh.contiguous()
+    f = g.shape[1]
+    d = torch.empty(*gate.shape[:-1], 2 * f, dtype=gate.dtype, device=gate.device)
+    ref.swiglu_backward_kernel[(g.shape[0], triton.cdiv(f, 256))](grads, g, u, d, g.stride(0), u.stride(0), f,
+                                                                   BLOCK=256)
+    return d
 
 
 def swiglu_forward_contiguous_only(gate, up):  # ignores the row stride: reads the wrong half of w13's output

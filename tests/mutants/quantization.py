@@ -15,9 +15,9 @@ def _blocks(w):
 
 
 # ----------------------------------------------------------------------------------------- Q8_0
-def _q8(w, rounding=torch.round, divisor=127):
+def _q8(w, rounding=torch.round, divisor=127, spread=lambda b: b.abs().amax(dim=1)):
     b = _blocks(w)
-    d = (b.abs().amax(dim=1) / divisor).half()
+    d = (spread(b) / divisor).half()
     d32 = d.float()[:, None]
     q = rounding(torch.where(d32 > 0, b / torch.where(d32 > 0, d32, 1.0), 0.0)).clamp(-127, 127)
     return Q("q8_0", q.to(torch.int8), d, w.shape, w.dtype)
@@ -29,6 +29,10 @@ def q8_truncates(w):  # int() of x/d: toward zero, an error up to d instead of d
 
 def q8_scale_255(w):  # the scale of a [-255, 255] range with int8 codes
     return _q8(w, divisor=255)
+
+
+def q8_scale_from_mean(w):  # the scale from the block's mean |value|, not its absmax: large values clip at 127
+    return _q8(w, spread=lambda b: b.abs().mean(dim=1))
 
 
 def q8_dequantize(qt):
@@ -44,6 +48,34 @@ def q8_dequantize_drops_tail(qt):  # whole blocks only: a length not a multiple 
 
 def q8_in_pytorch(w):  # right numbers, but PyTorch does the arithmetic
     return _q8(w, rounding=lambda v: v.sign() * (v.abs() + 0.5).floor())
+
+
+def _launch_8_blocks(kernel, blocks, *args):  # the reference's launch_blocks with 8 blocks of 32 per program
+    if blocks:
+        kernel[(triton.cdiv(blocks, 8),)](*args, BLOCKS=8, num_warps=4)
+
+
+def _quantize_8_blocks(kernel, fmt, w):
+    ref.check_float_tensor(w, "the tensor to quantize")
+    flat = w.reshape(-1)
+    qt = ref.empty_quantized(w, fmt)
+    _launch_8_blocks(kernel, qt.scales.numel(), flat, qt.data, qt.scales, flat.numel(), qt.scales.numel())
+    return qt
+
+
+def _dequantize_8_blocks(kernel, fmt, qt):
+    ref.check_quantized(qt, fmt)
+    out = torch.empty(qt.shape, dtype=qt.dtype, device=qt.data.device)
+    _launch_8_blocks(kernel, qt.scales.numel(), qt.data, qt.scales, out, qt.numel)
+    return out
+
+
+def q8_quantize_8_blocks(w):  # right: 8 blocks per program (the CPU config says 4, a GPU's 64)
+    return _quantize_8_blocks(ref.q8_0_quantize_kernel, "q8_0", w)
+
+
+def q8_dequantize_8_blocks(qt):  # right
+    return _dequantize_8_blocks(ref.q8_0_dequantize_kernel, "q8_0", qt)
 
 
 # ----------------------------------------------------------------------------------------- Q4_0
@@ -78,6 +110,14 @@ def q4_dequantize(qt):
     return ((codes - 8) * qt.scales.float()[:, None]).reshape(-1)[:qt.numel].view(qt.shape).to(qt.dtype)
 
 
+def q4_quantize_8_blocks(w):  # right: 8 blocks per program
+    return _quantize_8_blocks(ref.q4_0_quantize_kernel, "q4_0", w)
+
+
+def q4_dequantize_8_blocks(qt):  # right
+    return _dequantize_8_blocks(ref.q4_0_dequantize_kernel, "q4_0", qt)
+
+
 # ---------------------------------------------------------------------------------- int8 matmul
 def mm_dequantize_then_matmul(x, qw):  # right numbers; a full copy of Ŵ per call
     return x @ ref.dequantize_q8_0(qw).T
@@ -87,6 +127,19 @@ def mm_one_scale_per_row(x, qw):  # every block of a row scaled by the row's fir
     n, k = qw.shape
     scales = qw.scales.view(n, k // 32)[:, :1].expand(n, k // 32).reshape(-1)
     return ref.int8_weight_matmul(x, Q("q8_0", qw.data, scales.contiguous(), qw.shape, qw.dtype))
+
+
+def mm_other_tiles(x, qw):  # right: other tiles (16 x 16 outputs, 4 blocks of 32 along K per step)
+    ref.check_int8_matmul_inputs(x, qw)
+    n, k = qw.shape
+    x2 = x.reshape(-1, k).contiguous()
+    m = x2.shape[0]
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    tiles = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=128, num_warps=4)
+    if m and n:
+        ref.int8_matmul_kernel[(triton.cdiv(m, 16), triton.cdiv(n, 16))](
+            x2, qw.data, qw.scales, y, m, n, k, x2.stride(0), y.stride(0), IEEE=x.dtype == torch.float32, **tiles)
+    return y.reshape(*x.shape[:-1], n)
 
 
 @triton.jit
@@ -133,6 +186,24 @@ def bw_floor_level(x, code, block=256):  # the level below, not the nearest
     r = (flat / torch.where(absmax > 0, absmax, 1.0)[:, None]).reshape(-1)[:x.numel()]
     below = (torch.searchsorted(code, r, right=True) - 1).clamp(0, code.numel() - 1)
     return below.to(torch.uint8), absmax
+
+
+def bw_quantize_by_distance(x, code, block=256):  # right: argmin of |r - level| over all levels, not bucketize
+    flat = x.reshape(-1).float()
+    n = flat.numel()
+    blocks = F.pad(flat, (0, (-n) % block)).view(-1, block)
+    absmax = blocks.abs().amax(dim=1)
+    r = (blocks / torch.where(absmax > 0, absmax, 1.0)[:, None]).reshape(-1)[:n]
+    levels = code.to(r.device)
+    codes = torch.cat([(part[:, None] - levels[None, :]).abs().argmin(dim=1) for part in r.split(4096)]) \
+        if n else torch.zeros(0, dtype=torch.long, device=r.device)
+    return codes.to(torch.uint8), absmax
+
+
+def bw_dequantize_by_take(codes, absmax, code, block=256):  # right: torch.take with int64 indices, then the scale
+    n = codes.numel()
+    values = torch.take(code.to(codes.device), codes.reshape(-1).long())
+    return (F.pad(values, (0, (-n) % block)).view(-1, block) * absmax[:, None]).reshape(-1)[:n]
 
 
 def bw_dequantize_with_mask(codes, absmax, code, block=256):  # code[uint8 tensor] is a boolean mask
