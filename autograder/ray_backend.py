@@ -37,7 +37,9 @@ def grade_on_ray(jobs, settings, progress, record, address: str | None = None) -
         import ray
     except ImportError:
         raise SystemExit("error: BACKEND=ray needs Ray: pip install -r requirements-ray.txt") from None
-    address = address or os.environ.get("RAY_ADDRESS")
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if not address:
+        os.environ.pop("RAY_ADDRESS", None)  # an empty one would be read by ray.init as an address
     local = not address
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
     ray.init(address=address, num_cpus=settings.workers if local else None, include_dashboard=False,

@@ -160,6 +160,8 @@ def run_child(notebook: Path, lesson: str, checks: list[Check], settings: Settin
     env = course_env(MPLBACKEND="Agg", PYTHONHASHSEED="0", MEMFIT_THREADS=str(limits.threads),
                      OMP_NUM_THREADS=str(limits.threads), MEMFIT_CELL_TIMEOUT_S=str(settings.cell_timeout_s),
                      MEMFIT_GRADES_DIR=str(settings.out_dir.resolve()))
+    if sandbox.network_wrapper():  # only loopback exists in the child's namespace: gloo must not pick the hostname's NIC
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     if limits.gpu_fraction:
         env["MEMFIT_GPU_FRACTION"] = str(limits.gpu_fraction)
     if gpu is not None:
@@ -185,14 +187,24 @@ def run_child(notebook: Path, lesson: str, checks: list[Check], settings: Settin
         proc.wait()
         os.close(read_end)
         if stop is None and len(results) < len(checks) and proc.returncode != EXIT_CUDA_ERROR:
-            code = proc.returncode
-            reason = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-            hint = {-signal.SIGKILL: " (out of memory?)", -signal.SIGXCPU: " (its CPU-time limit)"}.get(code, "")
-            running = _running(checks, results)
-            stop = Stop(running, "error", (
-                f"the process running this check ended ({reason}{hint}) before the check finished: does the notebook "
-                f"call os._exit, sys.exit or crash? Output: {_tail(log_path.read_text(errors='replace'))}"))
+            stop = Stop(_running(checks, results), "error", _ended(proc.returncode, log_path))
     return results, stop
+
+
+NATIVE_CRASH = (" (a crash in native code; under Triton's interpreter an unmasked load or store past the end of a "
+                "tensor corrupts memory like this)")
+
+
+def _ended(code: int, log_path: Path) -> str:
+    """Why a child died, in words that are the same every time (a crash's own text is not: glibc's heap checks
+    word the same corruption differently from run to run, so only an exit's output is quoted)."""
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = {signal.SIGKILL: " (out of memory?)", signal.SIGXCPU: " (its CPU-time limit)", signal.SIGSEGV: NATIVE_CRASH,
+                signal.SIGABRT: NATIVE_CRASH, signal.SIGBUS: NATIVE_CRASH}.get(signal.Signals(-code), "")
+        return f"the process running this check was killed by signal {name}{hint} before the check finished"
+    return (f"the process running this check ended (exit status {code}) before the check finished: does the notebook "
+            f"call os._exit, sys.exit or crash? Output: {_tail(log_path.read_text(errors='replace'))}")
 
 
 def _running(checks: list[Check], results: dict, started: set | None = None) -> str | None:

@@ -57,6 +57,12 @@ def test_the_same_seed_gives_the_same_bytes(generated, tmp_path):
     assert files(other) != files(out)
 
 
+def test_a_folder_with_another_class_is_refused(generated):
+    out, _ = generated
+    with pytest.raises(SystemExit):
+        make_class.main([str(out), "--students", "2"])
+
+
 def test_the_mixture_has_all_three_kinds_and_every_outcome(generated):
     _, manifest = generated
     cells = manifest["summary"]["cells"]
