@@ -95,12 +95,12 @@ def network_wrapper() -> tuple[str, ...]:
     """The command prefix that runs a child with no network but loopback, or () where the OS does not allow it."""
     if os.environ.get(NO_NETWORK_ENV) == "allow" or not shutil.which("unshare"):
         return ()
-    prefix = ("unshare", "--user", "--map-root-user", "--net", "sh", "-c",
-              'ip link set lo up 2>/dev/null || true; exec "$0" "$@"')
+    prefix = ("unshare", "--user", "--map-root-user", "--net", sys.executable, "-m", "autograder.loopback")
+    probe = ("import socket; s = socket.create_server(('127.0.0.1', 0)); "
+             "c = socket.create_connection(s.getsockname(), timeout=5); print('ok')")
     try:
-        ok = subprocess.run([*prefix, sys.executable, "-c", "import socket; s = socket.socket(); "
-                             "s.bind(('127.0.0.1', 0)); s.listen(); print('ok')"],
-                            capture_output=True, text=True, timeout=30).stdout.strip() == "ok"
+        ok = subprocess.run([*prefix, sys.executable, "-c", probe], capture_output=True, text=True, timeout=30,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT))).stdout.strip() == "ok"
     except (OSError, subprocess.SubprocessError):
         ok = False
     return prefix if ok else ()
