@@ -1,43 +1,15 @@
-"""What the grader enforces on the code it grades, and what it does not.
+"""How the grader isolates the code it grades. README's "What is isolated, and what is not" is the summary an
+instructor reads; this module is the mechanism.
 
-Each student x lesson is graded in a fresh process (autograder.child), started by autograder.runner.
+The parent's side (autograder.runner): `preexec` (a new session, RLIMIT_CPU / RLIMIT_AS / RLIMIT_CORE),
+`network_wrapper` (a network namespace with loopback only, where `unshare -rn` works), `resident_bytes` and
+`kill_tree` (the memory watchdog and the kill of everything a child started).
 
-Enforced by the operating system (the parent sets them up; graded code cannot lift them):
-- wall time per check: the parent kills the process group when a check overruns its limit, and grades the
-  remaining checks in a new process;
-- CPU time (RLIMIT_CPU) for the whole process, a multiple of its wall-time budget;
-- host memory: RLIMIT_AS on CPU-only machines (allocations past it fail inside the check), and on every machine a
-  watchdog in the parent that kills the process group when its resident memory passes the limit;
-- GPU memory: torch.cuda.set_per_process_memory_fraction in the child before any notebook code runs, so an
-  allocation past the cap is an out-of-memory error of that check (one worker per GPU by default);
-- CUDA errors (an illegal address, a device-side assert) poison only the child's CUDA context: the child reports
-  the check and exits, and the parent grades the remaining checks in a new process;
-- network: where the kernel allows unprivileged user namespaces (`unshare -rn` works), the child runs in a network
-  namespace of its own that has only a loopback interface (lesson 03's gloo processes talk over it); processes
-  the notebook starts inherit it. Where it does not, only the Python-level guard below applies.
-- no core dumps (RLIMIT_CORE 0); stdin is /dev/null; the child's working folder is a fresh temporary folder.
-
-Enforced inside the child by a Python audit hook and checks (defence against the known attacks, not a jail):
-- the grader's files are unreadable once the grader has loaded them: autograder/ (hidden cases), solutions/,
-  the lesson's own reference in memfit/from_lessons/, the gradebook folder, /proc/*/mem;
-- Python sockets may only reach loopback addresses;
-- code compiled from a notebook cell may not reach frames (sys._getframe, inspect.currentframe/stack,
-  traceback.extract_stack, a traceback's or generator's frame, f_back), the garbage collector's object lists,
-  sys.settrace/setprofile, or exec/compile, so a function cannot fetch the grader's expected output (or the key
-  of the result pipe) from the grader's frames or heap;
-- integrity: the grader's modules and the torch/numpy functions the checks rely on (torch.allclose,
-  torch.testing, ...) are fingerprinted before the notebook loads and compared after it loads and after every
-  check; any change scores 0 from then on, with a message naming what was changed;
-- PyTorch's peak-memory reset functions are wrapped before the notebook loads, so even a reference saved at
-  load time raises while the meter measures;
-- results go to the parent over a pipe, each line signed with a key the parent sends over stdin: printed or
-  forged lines are ignored.
-
-Not sandboxed: graded code runs as the grading user with that user's file permissions (it can write files the
-user can write, and read files outside the guarded folders); C code (ctypes, a compiled extension, a Triton
-kernel) can read and write the process's memory and so defeat any in-process guard; processes the notebook
-starts (lesson 03's ranks) do not carry the audit hook. Grade untrusted classes on a machine or container that
-holds nothing else of value, as a user that owns nothing else.
+The child's side (autograder.child), installed after the grader has imported what it needs and before the notebook
+runs: `install_guards` (an audit hook: the grader's files, non-loopback sockets, and frame / heap / tracer
+introspection from notebook code), `cap_gpu_memory`, and `snapshot` / `changes` (the integrity fingerprints).
+An audit hook cannot be removed, but code in the same process can still defeat it through C (ctypes, a compiled
+extension): these guards stop the known attacks, tested in tests/test_tamper.py, and the OS limits are the boundary.
 """
 from __future__ import annotations
 

@@ -1,0 +1,151 @@
+"""Grading a generated class on this machine: how long it takes, and whether an interrupted run ends where an
+uninterrupted one does.
+
+    python -m benchmarks.grading [--students 100] [--workers 2] [--seed 0] [--lessons all] [--kill-at 0.5]
+
+1. tools.make_class writes the class (reference, stub and mutant cells mixed, every lesson by default).
+2. An uninterrupted `python -m autograder --submissions ... --workers N`, timed.
+3. The same class into a new gradebook, the grader and all its processes killed (SIGKILL) once the given share
+   of the notebooks is in the gradebook, then restarted; the two runs timed.
+4. The gradebooks compared row by row, and the generator's expected outcomes against the rows.
+Writes benchmarks/results/<machine>-<date>-grading.{md,json}. CPU grading is the point: run it with no GPU (or
+CUDA_VISIBLE_DEVICES= ).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from autograder import ROOT, course_env
+from autograder.sandbox import kill_tree
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _grader(subs: Path, out: Path, workers: int) -> list[str]:
+    return [sys.executable, "-m", "autograder", "--submissions", str(subs), "--workers", str(workers), "--out", str(out)]
+
+
+def _rows(out: Path) -> list[dict]:
+    with open(out / "gradebook.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _notebooks_graded(out: Path) -> int:
+    try:
+        return len({(r["student"], r["lesson"]) for r in _rows(out)})
+    except (OSError, csv.Error, KeyError):
+        return 0
+
+
+def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: float, work: Path) -> dict:
+    subs = work / "class"
+    make = [sys.executable, "-m", "tools.make_class", str(subs), "--students", str(students), "--seed", str(seed)]
+    subprocess.run(make + (["--lessons", lessons] if lessons else []), cwd=ROOT, env=course_env(), check=True)
+    manifest = json.loads((subs / "manifest.json").read_text())
+    notebooks = sum(1 for _ in subs.glob("*/*.ipynb"))
+
+    started = time.perf_counter()
+    subprocess.run(_grader(subs, work / "a", workers), cwd=ROOT, env=course_env(), check=False, stdout=subprocess.DEVNULL)
+    uninterrupted_s = time.perf_counter() - started
+
+    started = time.perf_counter()
+    proc = subprocess.Popen(_grader(subs, work / "b", workers), cwd=ROOT, env=course_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    while proc.poll() is None and _notebooks_graded(work / "b") < kill_at * notebooks:
+        time.sleep(0.5)
+    graded_at_kill = _notebooks_graded(work / "b")
+    kill_tree(proc.pid)
+    proc.wait()
+    first_s = time.perf_counter() - started
+    started = time.perf_counter()
+    subprocess.run(_grader(subs, work / "b", workers), cwd=ROOT, env=course_env(), check=False, stdout=subprocess.DEVNULL)
+    restart_s = time.perf_counter() - started
+
+    a, b = _rows(work / "a"), _rows(work / "b")
+    key = lambda r: tuple(r.values())  # noqa: E731
+    differing = sorted(set(map(key, a)) ^ set(map(key, b)))
+    statuses: dict[str, int] = {}
+    for r in a:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    return dict(students=students, workers=workers, seed=seed, notebooks=notebooks, rows=len(a),
+                generated=manifest.get("summary", {}), statuses=statuses,
+                points=sum(float(r["points"]) for r in a), max_points=sum(float(r["max_points"]) for r in a if r["status"] != "skipped"),
+                uninterrupted_s=round(uninterrupted_s, 1), killed_after_s=round(first_s, 1), graded_at_kill=graded_at_kill,
+                restart_s=round(restart_s, 1), gradebooks_equal=not differing, differing_rows=differing[:20],
+                expected=_against_manifest(manifest, a))
+
+
+def _against_manifest(manifest: dict, rows: list[dict]) -> dict:
+    """How many of the generator's definite predictions ("keeps points" / "loses points") the rows bear out."""
+    got = {(r["student"], r["lesson"], r["check"]): float(r["points"]) > 0 for r in rows}
+    agree = disagree = 0
+    misses = []
+    for student, entry in manifest.get("class", {}).items():
+        for lesson, lesson_entry in entry.get("lessons", {}).items():
+            for check, info in lesson_entry.get("checks", {}).items():
+                expected = info.get("expected") if isinstance(info, dict) else None
+                if expected not in ("keeps points", "loses points") or (student, lesson, check) not in got:
+                    continue
+                if got[(student, lesson, check)] == (expected == "keeps points"):
+                    agree += 1
+                else:
+                    disagree += 1
+                    misses.append(f"{student}/{lesson}/{check}: expected {expected}")
+    return dict(agree=agree, disagree=disagree, misses=misses[:20])
+
+
+def markdown(r: dict, facts: dict) -> str:
+    return "\n".join([
+        f"# Grading a generated class on {facts['machine']} ({facts['cores']} cores)",
+        "",
+        f"torch {facts['torch']}, triton {facts['triton']}, Python {facts['python']}, {facts['date']}; "
+        f"`python -m benchmarks.grading --students {r['students']} --workers {r['workers']} --seed {r['seed']}`",
+        "",
+        "| figure | value |",
+        "| --- | --- |",
+        f"| students x lessons (notebooks) | {r['students']} x {r['notebooks'] // max(1, r['students'])} ({r['notebooks']}) |",
+        f"| gradebook rows | {r['rows']} ({', '.join(f'{k} {v}' for k, v in sorted(r['statuses'].items()))}) |",
+        f"| points graded on this machine | {r['points']:g} of {r['max_points']:g} |",
+        f"| uninterrupted, WORKERS={r['workers']} | {r['uninterrupted_s']:.0f} s ({r['uninterrupted_s'] / max(1, r['students']):.1f} s per student) |",
+        f"| interrupted run: killed (SIGKILL, whole tree) after | {r['killed_after_s']:.0f} s, {r['graded_at_kill']} notebooks in the gradebook |",
+        f"| restarted run | {r['restart_s']:.0f} s |",
+        f"| final gradebook equals the uninterrupted one | {'yes' if r['gradebooks_equal'] else 'NO: ' + str(r['differing_rows'][:3])} |",
+        f"| generator's predictions borne out | {r['expected']['agree']} of {r['expected']['agree'] + r['expected']['disagree']} |",
+        "",
+    ])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.grading", description=__doc__.splitlines()[0])
+    parser.add_argument("--students", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lessons", default=None, help="comma-separated lesson names (default: all)")
+    parser.add_argument("--kill-at", type=float, default=0.5, help="share of notebooks graded before the kill")
+    args = parser.parse_args(argv)
+    import torch
+    import triton
+    facts = dict(machine="CPU", cores=os.cpu_count(), torch=torch.__version__,
+                 triton=triton.__version__, python=platform.python_version(), date=datetime.date.today().isoformat(),
+                 processor=platform.processor() or platform.machine())
+    with tempfile.TemporaryDirectory(prefix="grading-bench-") as tmp:
+        result = run(args.students, args.workers, args.seed, args.lessons, args.kill_at, Path(tmp))
+    stem = RESULTS / f"cpu-{facts['date']}-grading-{args.students}-students"
+    stem.with_suffix(".json").write_text(json.dumps(dict(facts=facts, result=result), indent=1) + "\n")
+    stem.with_suffix(".md").write_text(markdown(result, facts))
+    print(markdown(result, facts))
+    return 0 if result["gradebooks_equal"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
