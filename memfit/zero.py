@@ -409,6 +409,7 @@ def _local_gradient(opt, flat_model: FlatModel, stage: int, idx, targets, comm) 
         nbytes = storage.nbytes()
         storage.resize_(0)
         storage.resize_(nbytes)
+        buffer.data.fill_(float("nan"))  # new storage may hold the old bytes: a gather that ignores out must show
         opt.gather_params(out=buffer.data)
 
     lock = getattr(getattr(comm, "_rv", None), "compute", None)

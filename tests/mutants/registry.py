@@ -28,10 +28,9 @@ What the tests prove, exactly:
   Two right entries are proven by the suite on the visible cases only, to keep `make test` short:
   03 ZeroForeachAdamW for zero_adamw and zero_memory (its hidden cases, 29 s and 7 s on a 2-core CPU,
   passed when the registry was written).
-- One wrong entry depends on the machine's allocator: 03 ZeroGatherIgnoresOut (zero_adamw) is caught only
-  when ZeRO-3's refilled parameter storage (memfit.zero's refill: resize_(0), then back) comes back with other
-  bytes than it held. It is rejected here (torch 2.13 on a CPU); under the grader on an H100 machine's CPU
-  with torch 2.11 the old bytes came back and it passed.
+- 03 ZeroGatherIgnoresOut (zero_adamw) used to depend on the allocator (a resized storage can come back holding
+  its old bytes, and then a gather that ignores `out` went unseen: it passed on an H100 machine's CPU with torch
+  2.11); memfit.zero's refill now fills the storage with NaN before the gather, so it fails everywhere.
 - Not listed, though in the mutant modules: 07 q4_quantize / q4_dequantize (right numbers in PyTorch: only
   the hidden cases accept them, the visible ones reject PyTorch arithmetic, so under the grader they lose
   the points without being a "wrong" answer), and right entries for the checks where no alternative is
