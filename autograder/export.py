@@ -24,67 +24,27 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.gradebook import GradebookError, Row, read_strict
+
 # The columns and their order of nbgrader's CsvExportPlugin (nbgrader/plugins/export.py, nbgrader 0.9.6);
 # tests/test_export.py compares them with the header nbgrader itself writes.
 NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
                     "raw_score", "late_submission_penalty", "score", "max_score")
 
-GRADEBOOK_COLUMNS = ("student", "lesson", "check", "points", "max_points", "status", "message")
-OPTIONAL_COLUMNS = ("fingerprint",)
-STATUSES = ("passed", "failed", "error", "timeout", "skipped")
+def _entry(row) -> Row:
+    """A gradebook.Row from a Row, any object with the same attributes, or a mapping (a csv.DictReader row)."""
+    if isinstance(row, Row):
+        return row
+    get = row.__getitem__ if isinstance(row, Mapping) else (lambda name: getattr(row, name))
+    return Row(str(get("student")), str(get("lesson")), str(get("check")), float(get("points")),
+               float(get("max_points")), str(get("status")), "")
 
 
-class GradebookError(Exception):
-    """The gradebook is missing or cannot be read."""
-
-
-@dataclass(frozen=True)
-class Entry:
-    student: str
-    lesson: str
-    check: str
-    points: float
-    max_points: float
-    status: str
+read_gradebook = read_strict  # the rows, or GradebookError naming the problem
 
 
 def _num(x: float) -> str:
     return f"{x:g}"
-
-
-def _entry(row) -> Entry:
-    """An Entry from a gradebook.Row, any object with the same attributes, or a mapping (a csv.DictReader row)."""
-    get = row.__getitem__ if isinstance(row, Mapping) else (lambda name: getattr(row, name))
-    return Entry(str(get("student")), str(get("lesson")), str(get("check")), float(get("points")),
-                 float(get("max_points")), str(get("status")))
-
-
-def read_gradebook(path: Path) -> list[Entry]:
-    """The rows of grades/gradebook.csv, with or without its fingerprint column (which is ignored)."""
-    path = Path(path)
-    if not path.exists():
-        raise GradebookError(f"{path}: no such gradebook")
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f)
-            columns = tuple(reader.fieldnames or ())
-            missing = [c for c in GRADEBOOK_COLUMNS if c not in columns]
-            unknown = [c for c in columns if c not in GRADEBOOK_COLUMNS + OPTIONAL_COLUMNS]
-            if missing or unknown or len(set(columns)) != len(columns):
-                raise GradebookError(f"{path}: not a gradebook (columns {', '.join(columns) or 'none'})")
-            entries = []
-            for row in reader:
-                if None in row or any(row[c] is None for c in GRADEBOOK_COLUMNS):
-                    raise GradebookError(f"{path}: line {reader.line_num} has the wrong number of fields")
-                entry = _entry(row)
-                if entry.status not in STATUSES:
-                    raise GradebookError(f"{path}: line {reader.line_num} has the unknown status {entry.status!r}")
-                entries.append(entry)
-            return entries
-    except GradebookError:
-        raise
-    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
-        raise GradebookError(f"{path}: cannot be read ({exc})") from exc
 
 
 @dataclass

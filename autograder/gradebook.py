@@ -25,20 +25,46 @@ class Row:
     fingerprint: str = ""  # the notebook's bytes and the grader's code (autograder.runner.fingerprint)
 
 
+class GradebookError(Exception):
+    """The gradebook is missing or cannot be read; str() names the file and the problem."""
+
+
+def read_strict(path: Path) -> list[Row]:
+    """The rows (the columns in any order, with or without fingerprints), or GradebookError."""
+    path = Path(path)
+    if not path.exists():
+        raise GradebookError(f"{path}: no such gradebook")
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            columns = tuple(reader.fieldnames or ())
+            if sorted(columns) not in (sorted(COLUMNS), sorted(COLUMNS_V1)):
+                raise GradebookError(f"{path}: not a gradebook (columns {', '.join(columns) or 'none'})")
+            rows = []
+            for r in reader:
+                if None in r or any(r[c] is None for c in COLUMNS_V1):
+                    raise GradebookError(f"{path}: line {reader.line_num} has the wrong number of fields")
+                if r["status"] not in STATUSES:
+                    raise GradebookError(f"{path}: line {reader.line_num} has the unknown status {r['status']!r}")
+                rows.append(Row(r["student"], r["lesson"], r["check"], float(r["points"]), float(r["max_points"]),
+                                r["status"], r["message"], r.get("fingerprint") or ""))
+            return rows
+    except GradebookError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
+        raise GradebookError(f"{path}: cannot be read ({exc})") from exc
+
+
 def read(path: Path) -> list[Row]:
+    """The rows, or none: a missing gradebook is a new one, and one that cannot be read is kept aside."""
     if not path.exists():
         return []
     try:
-        with path.open(newline="") as f:
-            reader = csv.DictReader(f)
-            if tuple(reader.fieldnames or ()) not in (COLUMNS, COLUMNS_V1):
-                raise ValueError(f"columns {reader.fieldnames}")
-            return [Row(r["student"], r["lesson"], r["check"], float(r["points"]), float(r["max_points"]),
-                        r["status"], r["message"], r.get("fingerprint") or "") for r in reader]
-    except (ValueError, KeyError, csv.Error) as exc:
+        return read_strict(path)
+    except GradebookError as exc:
         backup = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
         path.rename(backup)
-        print(f"warning: {path} could not be read ({exc}); kept it as {backup} and started a new gradebook")
+        print(f"warning: {exc}; kept it as {backup} and started a new gradebook")
         return []
 
 
