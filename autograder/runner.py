@@ -141,6 +141,23 @@ class Stop:
     message: str
 
 
+class Interrupted(Exception):
+    """The run was interrupted (Ctrl-C, SIGTERM): a notebook being graded records no rows."""
+
+
+_LIVE: set[subprocess.Popen] = set()  # the children now running, stopped on an interrupt
+_LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+def _stop_everything() -> None:
+    _STOPPING.set()
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _kill(proc)
+
+
 def _kill(proc: subprocess.Popen) -> None:
     sandbox.kill_tree(proc.pid)
     try:
@@ -177,6 +194,8 @@ def run_child(notebook: Path, lesson: str, checks: list[Check], settings: Settin
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env, pass_fds=(write_end,),
                 preexec_fn=sandbox.preexec(limits, address_space_limit=not settings.gpus))
         os.close(write_end)
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
         try:
             proc.stdin.write(key.hex().encode() + b"\n")
             proc.stdin.close()
@@ -185,6 +204,8 @@ def run_child(notebook: Path, lesson: str, checks: list[Check], settings: Settin
         stop = _watch(proc, read_end, key, checks, settings, results, on_result)
         _kill(proc)  # nothing the child started may outlive it
         proc.wait()
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
         os.close(read_end)
         if stop is None and len(results) < len(checks) and proc.returncode != EXIT_CUDA_ERROR:
             stop = Stop(_running(checks, results), "error", _ended(proc.returncode, log_path))
@@ -285,6 +306,8 @@ def grade_notebook(job: Job, settings: Settings, gpu: str | None = None, progres
     while pending:
         got, stop = run_child(job.notebook, job.lesson, pending, settings, gpu,
                               on_result=lambda name, status: progress(f"{job.student}/{job.lesson}:{name} {status}"))
+        if _STOPPING.is_set():  # its rows would hold the kill, not the notebook's grade: record none
+            raise Interrupted(f"{job.student}/{job.lesson}")
         results.update(got)
         if stop is not None:
             victims = [stop.check] if stop.check else [c.name for c in pending if c.name not in results]
@@ -380,6 +403,8 @@ def grade(students: dict[str, list[Path]], out_dir: Path, workers: int, backend:
         slots.put(settings.gpus[i % len(settings.gpus)] if settings.gpus else None)
 
     def one(job: Job) -> None:
+        if _STOPPING.is_set():
+            return
         gpu = slots.get()
         try:
             job.rows = grade_notebook(job, settings, gpu, progress)
@@ -387,7 +412,23 @@ def grade(students: dict[str, list[Path]], out_dir: Path, workers: int, backend:
             slots.put(gpu)
         record(job, out_dir, lock)
 
-    with ThreadPoolExecutor(max_workers=settings.workers) as pool:
+    def on_term(_signum, _frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    pool = ThreadPoolExecutor(max_workers=settings.workers)
+    try:
         for future in [pool.submit(one, job) for job in todo]:
             future.result()
+    except (KeyboardInterrupt, Interrupted):
+        # The children run in sessions of their own, so Ctrl-C reaches only this process: stop them, keep the
+        # rows of the notebooks already recorded, and let a restart grade the rest.
+        _stop_everything()
+        pool.shutdown(wait=True, cancel_futures=True)
+        print("\ninterrupted: the gradebook holds every notebook graded so far; run the same command again to "
+              "grade the rest", file=sys.stderr)
+        raise SystemExit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    pool.shutdown()
     return jobs
