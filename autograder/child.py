@@ -15,7 +15,6 @@ import hmac
 import json
 import os
 import sys
-import time
 import traceback
 
 os.environ["MEMFIT_GRADING"] = "1"  # a skipped check raises instead of printing (autograder.checks.skip)
@@ -153,5 +152,4 @@ def tamper_message(changed: list[str]) -> str:
 
 
 if __name__ == "__main__":
-    started = time.perf_counter()
     sys.exit(main(sys.argv[1:]))

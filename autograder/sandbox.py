@@ -23,7 +23,6 @@ import sysconfig
 import threading
 import types
 from dataclasses import dataclass
-from pathlib import Path
 
 from autograder import ROOT
 
