@@ -18,16 +18,19 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import ROOT, course_env, feedback, gradebook, sandbox
 from autograder.checks import Check, checks_for
+from autograder.forkserver import ForkedChild, ForkServer, ForkServerError
 from autograder.child import EXIT_CUDA_ERROR, verify
 from autograder.gradebook import Row
 from autograder.notebook_loader import LESSON_NAME, NotebookError, lesson_of, read_notebook
 
+FORK_SERVER_ENV = "MEMFIT_FORK_SERVER"  # "0": start every child with a fresh interpreter (as on a GPU machine)
 LOAD_ALLOWANCE_S = 90.0  # importing torch and running a notebook's cells, before the first check starts
 CPU_TIME_FACTOR = 2.0  # RLIMIT_CPU: this many CPU seconds per thread per second of the wall-time budget
 OUTPUT_TAIL = 600
@@ -54,6 +57,8 @@ class Settings:
     check_timeout_s: float | None = None  # overrides every check's own limit (MEMFIT_CHECK_TIMEOUT_S)
     cell_timeout_s: float = 60.0
     out_dir: Path = Path("grades")
+    references: dict[str, Path] = field(default_factory=dict)  # lesson -> its values of autograder.checks.references
+    fork_server: bool = False  # fork children from a pre-imported process (autograder.forkserver; CPU machines)
 
 
 def _has_gpu() -> bool:
@@ -75,7 +80,8 @@ def settings_for(workers: int, out_dir: Path, memory_gib: float | None = None) -
                             threads=max(1, (os.cpu_count() or 1) // workers))
     timeout = os.environ.get("MEMFIT_CHECK_TIMEOUT_S")
     return Settings(workers, limits, gpus, float(timeout) if timeout else None,
-                    float(os.environ.get("MEMFIT_CELL_TIMEOUT_S", 60)), out_dir)
+                    float(os.environ.get("MEMFIT_CELL_TIMEOUT_S", 60)), out_dir,
+                    fork_server=not gpus and os.environ.get(FORK_SERVER_ENV) != "0")
 
 
 def _tail(text: str) -> str:
@@ -156,6 +162,7 @@ def _stop_everything() -> None:
         live = list(_LIVE)
     for proc in live:
         _kill(proc)
+    close_fork_servers()
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -174,33 +181,32 @@ def run_child(notebook: Path, lesson: str, checks: list[Check], settings: Settin
     budget = LOAD_ALLOWANCE_S + sum(settings.check_timeout_s or c.timeout_s for c in checks)
     limits = sandbox.Limits(limits.memory_bytes, int(CPU_TIME_FACTOR * limits.threads * budget) + 60,
                             limits.gpu_fraction, limits.threads)
-    env = course_env(MPLBACKEND="Agg", PYTHONHASHSEED="0", MEMFIT_THREADS=str(limits.threads),
-                     OMP_NUM_THREADS=str(limits.threads), MEMFIT_CELL_TIMEOUT_S=str(settings.cell_timeout_s),
-                     MEMFIT_GRADES_DIR=str(settings.out_dir.resolve()))
-    if sandbox.network_wrapper():  # only loopback exists in the child's namespace: gloo must not pick the hostname's NIC
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    if limits.gpu_fraction:
-        env["MEMFIT_GPU_FRACTION"] = str(limits.gpu_fraction)
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = gpu
+    env = child_env(settings, gpu)
+    if lesson in settings.references:
+        env["MEMFIT_REFERENCES"] = str(settings.references[lesson])
     results: dict[str, tuple[str, str]] = {}
+    argv = [str(notebook.resolve()), lesson, ",".join(c.name for c in checks)]
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         log_path = Path(tmp) / "output.txt"
         read_end, write_end = os.pipe()
         with log_path.open("w") as log:
-            proc = subprocess.Popen(
-                [*sandbox.network_wrapper(), sys.executable, "-m", "autograder.child", str(notebook.resolve()), lesson,
-                 ",".join(c.name for c in checks), str(write_end)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env, pass_fds=(write_end,),
-                preexec_fn=sandbox.preexec(limits, address_space_limit=not settings.gpus))
+            proc = _fork(argv, env, tmp, limits, settings, key, log.fileno(), write_end) if settings.fork_server \
+                else None
+            if proc is None:
+                proc = subprocess.Popen(
+                    [*sandbox.network_wrapper(), sys.executable, "-m", "autograder.child", *argv, str(write_end)],
+                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env,
+                    pass_fds=(write_end,), preexec_fn=sandbox.preexec(limits, address_space_limit=not settings.gpus))
+                try:
+                    proc.stdin.write(key.hex().encode() + b"\n")
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
         os.close(write_end)
         with _LIVE_LOCK:
             _LIVE.add(proc)
-        try:
-            proc.stdin.write(key.hex().encode() + b"\n")
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
+        if _STOPPING.is_set():  # an interrupt came while it started: it must not outlive the run
+            _kill(proc)
         stop = _watch(proc, read_end, key, checks, settings, results, on_result)
         _kill(proc)  # nothing the child started may outlive it
         proc.wait()
@@ -210,6 +216,51 @@ def run_child(notebook: Path, lesson: str, checks: list[Check], settings: Settin
         if stop is None and len(results) < len(checks) and proc.returncode != EXIT_CUDA_ERROR:
             stop = Stop(_running(checks, results), "error", _ended(proc.returncode, log_path))
     return results, stop
+
+
+def child_env(settings: Settings, gpu: str | None) -> dict[str, str]:
+    """The environment of every grading child (and of the fork server, which must match it)."""
+    threads = str(settings.limits.threads)
+    env = course_env(MPLBACKEND="Agg", PYTHONHASHSEED="0", MEMFIT_THREADS=threads, OMP_NUM_THREADS=threads,
+                     MEMFIT_CELL_TIMEOUT_S=str(settings.cell_timeout_s), MEMFIT_GRADES_DIR=str(settings.out_dir.resolve()))
+    if sandbox.network_wrapper():  # only loopback exists in the child's namespace: gloo must not pick the hostname's NIC
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if settings.limits.gpu_fraction:
+        env["MEMFIT_GPU_FRACTION"] = str(settings.limits.gpu_fraction)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env
+
+
+_SERVERS: dict[int, ForkServer] = {}  # worker thread -> its fork server
+_SERVERS_LOCK = threading.Lock()
+
+
+def _fork(argv, env, cwd, limits, settings, key, log_fd, result_fd) -> ForkedChild | None:
+    """A child forked by this worker's server (started on first use, restarted once if it died), or None."""
+    for _attempt in range(2):
+        with _SERVERS_LOCK:
+            server = _SERVERS.get(threading.get_ident())
+        try:
+            if server is None:
+                server = ForkServer(child_env(settings, None))
+                with _SERVERS_LOCK:
+                    _SERVERS[threading.get_ident()] = server
+            return server.spawn(argv, env, cwd, limits, not settings.gpus, key, log_fd, result_fd)
+        except (ForkServerError, OSError):
+            if server is not None:
+                server.close()
+            with _SERVERS_LOCK:
+                _SERVERS.pop(threading.get_ident(), None)
+    return None  # the runner starts a fresh interpreter instead
+
+
+def close_fork_servers() -> None:
+    with _SERVERS_LOCK:
+        servers = list(_SERVERS.values())
+        _SERVERS.clear()
+    for server in servers:
+        server.close()
 
 
 NATIVE_CRASH = (" (a crash in native code; under Triton's interpreter an unmasked load or store past the end of a "
@@ -372,6 +423,40 @@ def reuse_graded(jobs: list[Job], book: Path) -> None:
             job.rows, job.reused = sorted(rows, key=lambda r: order[r.check]), True
 
 
+REFERENCE_TIMEOUT_S = 900.0
+REFERENCE_MIN_NOTEBOOKS = 4  # computing a lesson's references once costs about what 3 notebooks would spend on them
+
+
+def compute_references(lessons: list[str], settings: Settings) -> dict[str, Path]:
+    """The values every student's checks share (autograder.checks.references), computed once per lesson in a
+    trusted process that loads no notebook, and kept in the grades folder for a restarted run."""
+    from autograder.checks.references import lessons_with_references
+    import torch
+    folder = settings.out_dir / ".references" / f"{GRADER_DIGEST[:16]}-torch{torch.__version__}"
+    wanted = {lesson: folder / f"{lesson}.pkl" for lesson in lessons_with_references(lessons)}
+    missing = [lesson for lesson, path in wanted.items() if not path.exists()]
+    if missing:
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"computing the reference values of {', '.join(missing)} once for the class", file=sys.stderr)
+    threads = str(settings.limits.threads)  # the children's thread count: the same floating-point sums
+
+    def one(lesson: str) -> None:
+        try:
+            done = subprocess.run([sys.executable, "-m", "autograder.checks.references", lesson, str(wanted[lesson])],
+                                  env=course_env(MEMFIT_THREADS=threads, OMP_NUM_THREADS=threads, MPLBACKEND="Agg"),
+                                  cwd=ROOT, capture_output=True, text=True, timeout=REFERENCE_TIMEOUT_S)
+            if done.returncode != 0:
+                print(f"warning: the reference values of {lesson} could not be computed (each check computes its "
+                      f"own): {_tail(done.stderr)}", file=sys.stderr)
+        except subprocess.TimeoutExpired:
+            print(f"warning: the reference values of {lesson} took over {REFERENCE_TIMEOUT_S:g} s; each check "
+                  "computes its own", file=sys.stderr)
+
+    with ThreadPoolExecutor(max_workers=max(1, settings.workers)) as pool:
+        list(pool.map(one, missing))
+    return {lesson: path for lesson, path in wanted.items() if path.exists()}
+
+
 def record(job: Job, out_dir: Path, lock: threading.Lock) -> None:
     with lock:
         gradebook.merge(out_dir / "gradebook.csv", job.rows)
@@ -392,6 +477,10 @@ def grade(students: dict[str, list[Path]], out_dir: Path, workers: int, backend:
     for job in todo:
         if job.problem:
             print(f"error: {job.problem}", file=sys.stderr)
+    if backend == "local":  # (a Ray task may run on another machine: its checks compute their references in place)
+        counts = Counter(j.lesson for j in todo if j.checks and not j.problem)
+        settings.references = compute_references(sorted(l for l, n in counts.items() if n >= REFERENCE_MIN_NOTEBOOKS),
+                                                 settings)
     progress = Progress(sum(len(j.checks) for j in todo))
     lock = threading.Lock()
     if backend == "ray":
@@ -425,10 +514,12 @@ def grade(students: dict[str, list[Path]], out_dir: Path, workers: int, backend:
         # rows of the notebooks already recorded, and let a restart grade the rest.
         _stop_everything()
         pool.shutdown(wait=True, cancel_futures=True)
+        close_fork_servers()  # one a worker started after the interrupt, too
         print("\ninterrupted: the gradebook holds every notebook graded so far; run the same command again to "
               "grade the rest", file=sys.stderr)
         raise SystemExit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     pool.shutdown()
+    close_fork_servers()
     return jobs

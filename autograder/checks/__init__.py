@@ -54,6 +54,7 @@ class Check:
     uses: tuple[str, ...]  # names of the learner's functions it is given, in order
     needs_gpu: bool = False
     timeout_s: float = 120.0
+    references: bool = False  # asks autograder.checks.references for values computed once per class
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, chec
 from autograder.checks.numerics import assert_close_by_rule, expect_like, expect_no_torch_arithmetic
 from autograder.checks.numerics import case_dtypes as _dtypes, dtype_name as _name
 from autograder.checks.numerics import poisoned_allocations
+from autograder.checks.references import reference
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
 
 QK = 32
@@ -473,7 +474,8 @@ def check_adamw8bit_convergence(AdamW8bit, cases: str = "visible") -> None:
     if not all(math.isfinite(x) for x in ours):
         first = next(i for i, x in enumerate(ours) if not math.isfinite(x))
         raise CheckFailed(f"AdamW8bit training course-tiny: the loss became {ours[first]} at step {first}")
-    fp32 = run(lambda params: torch.optim.AdamW(params, lr=c["lr"], weight_decay=0.1))
+    fp32 = reference(f"adamw8bit_convergence torch.optim.AdamW {sorted(c.items())}",
+                     lambda: run(lambda params: torch.optim.AdamW(params, lr=c["lr"], weight_decay=0.1)))
     w = c["window"]
     for start in range(0, c["steps"], w):
         a, b = sum(ours[start:start + w]) / w, sum(fp32[start:start + w]) / w
@@ -490,7 +492,8 @@ CHECKS = [
     Check("int8_matmul_memory", 1, check_int8_matmul_memory, uses=("int8_weight_matmul",), timeout_s=600),
     Check("blockwise", 2, check_blockwise, uses=("quantize_blockwise", "dequantize_blockwise")),
     Check("adamw8bit_step", 3, check_adamw8bit_step, uses=("AdamW8bit",), timeout_s=300),
-    Check("adamw8bit_convergence", 2, check_adamw8bit_convergence, uses=("AdamW8bit",), timeout_s=600),
+    Check("adamw8bit_convergence", 2, check_adamw8bit_convergence, uses=("AdamW8bit",), timeout_s=600,
+          references=True),
 ]
 
 KERNELS = [
