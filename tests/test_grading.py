@@ -76,11 +76,11 @@ def class_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("grades")
     proc = run_grader("--submissions", subs, "--workers", 2, "--out", out,
                       MEMFIT_CHECK_TIMEOUT_S="45", MEMFIT_CELL_TIMEOUT_S="5")
-    return proc, out
+    return proc, out, subs
 
 
 def test_run_completes_and_reports_what_it_could_not_grade(class_run):
-    proc, out = class_run
+    proc, out, _ = class_run
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no_notebooks: no notebooks in this submission" in proc.stderr
     assert "is not valid notebook JSON" in proc.stderr
@@ -90,7 +90,7 @@ def test_run_completes_and_reports_what_it_could_not_grade(class_run):
 @pytest.mark.parametrize("student", ["perfect", "stub", "hanging_cell", "hanging_function", "exit_in_cell",
                                      "exit_in_function", "raises_at_import", "deleted_cell", "invalid_json", "wrong_lesson"])
 def test_every_student_has_a_row_for_every_check(class_run, student):
-    _, out = class_run
+    _, out, _ = class_run
     assert sorted(rows_by(out, student)) == sorted(CHECKS)
 
 
@@ -139,6 +139,23 @@ def test_deleted_cell_is_named(class_run):
 def test_unreadable_notebooks_get_error_rows(class_run, student, message):
     rows = rows_by(class_run[1], student)
     assert all(r["status"] == "error" and message in r["message"] and float(r["points"]) == 0 for r in rows.values())
+
+
+def test_a_fresh_interpreter_grades_as_the_fork_server_does(class_run, tmp_path):
+    """On a CPU machine children fork from a pre-imported server (autograder.forkserver); on a GPU machine each is
+    a fresh `python -m autograder.child`. Both give the same rows: hangs, exits and crashes included."""
+    subs = tmp_path / "submissions"
+    for student in ("perfect", "stub", "hanging_function", "exit_in_function", "raises_at_import"):
+        (subs / student).mkdir(parents=True)
+        (subs / student / f"{LESSON}.ipynb").write_bytes((class_run[2] / student / f"{LESSON}.ipynb").read_bytes())
+    out = tmp_path / "grades"
+    proc = run_grader("--submissions", subs, "--workers", 2, "--out", out, MEMFIT_FORK_SERVER="0",
+                      MEMFIT_CHECK_TIMEOUT_S="45", MEMFIT_CELL_TIMEOUT_S="5")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for student in ("perfect", "stub", "hanging_function", "exit_in_function", "raises_at_import"):
+        fresh, forked = rows_by(out, student), rows_by(class_run[1], student)
+        assert {k: (r["status"], r["message"]) for k, r in fresh.items()} == \
+            {k: (r["status"], r["message"]) for k, r in forked.items()}, student
 
 
 def test_feedback_pages_exist(class_run):
