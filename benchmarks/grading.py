@@ -51,6 +51,14 @@ def _notebooks_graded(out: Path) -> int:
         return 0
 
 
+def machine_facts() -> dict:
+    import torch
+    import triton
+    return dict(machine="CPU", cores=os.cpu_count(), torch=torch.__version__, triton=triton.__version__,
+                python=platform.python_version(), date=datetime.date.today().isoformat(),
+                processor=platform.processor() or platform.machine())
+
+
 def _digest() -> str:
     """The grader's digest (runner.GRADER_DIGEST): both runs must grade with the same code to be compared."""
     out = subprocess.run([sys.executable, "-c", "from autograder.runner import GRADER_DIGEST; print(GRADER_DIGEST)"],
@@ -83,7 +91,7 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
         subprocess.run(_grader(subs, work / "a", workers), cwd=ROOT, env=course_env(), check=False,
                        stdout=subprocess.DEVNULL)
         timings["uninterrupted"] = dict(seconds=round(time.perf_counter() - started, 1), digest=digest,
-                                        commit=commit, workers=workers)
+                                        commit=commit, workers=workers, facts=machine_facts())
         timings_path.write_text(json.dumps(timings, indent=1))
 
     if "interrupted" in runs:
@@ -101,7 +109,7 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
                        stdout=subprocess.DEVNULL)
         timings["interrupted"] = dict(killed_after_s=round(first_s, 1), graded_at_kill=graded_at_kill,
                                       restart_s=round(time.perf_counter() - started, 1), digest=digest,
-                                      commit=commit, workers=workers)
+                                      commit=commit, workers=workers, facts=machine_facts())
         timings_path.write_text(json.dumps(timings, indent=1))
 
     if not {"uninterrupted", "interrupted"} <= timings.keys():
@@ -178,11 +186,7 @@ def main(argv=None) -> int:
     parser.add_argument("--run", choices=("both", "uninterrupted", "interrupted"), default="both",
                         help="one run only, the other from an earlier call with the same --work (and grader)")
     args = parser.parse_args(argv)
-    import torch
-    import triton
-    facts = dict(machine="CPU", cores=os.cpu_count(), torch=torch.__version__,
-                 triton=triton.__version__, python=platform.python_version(), date=datetime.date.today().isoformat(),
-                 processor=platform.processor() or platform.machine())
+    facts = machine_facts()
     runs = ("uninterrupted", "interrupted") if args.run == "both" else (args.run,)
     if args.work:
         args.work.mkdir(parents=True, exist_ok=True)
