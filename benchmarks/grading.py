@@ -39,6 +39,10 @@ def _grader(subs: Path, out: Path, workers: int) -> list[str]:
     return [sys.executable, "-m", "autograder", "--submissions", str(subs), "--workers", str(workers), "--out", str(out)]
 
 
+def _grade(subs: Path, out: Path, workers: int) -> None:
+    subprocess.run(_grader(subs, out, workers), cwd=ROOT, env=course_env(), check=False, stdout=subprocess.DEVNULL)
+
+
 def _rows(out: Path) -> list[dict]:
     with open(out / "gradebook.csv", newline="") as f:
         return list(csv.DictReader(f))
@@ -88,8 +92,7 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
 
     if "uninterrupted" in runs:
         started = time.perf_counter()
-        subprocess.run(_grader(subs, work / "a", workers), cwd=ROOT, env=course_env(), check=False,
-                       stdout=subprocess.DEVNULL)
+        _grade(subs, work / "a", workers)
         timings["uninterrupted"] = dict(seconds=round(time.perf_counter() - started, 1), digest=digest,
                                         commit=commit, workers=workers, facts=machine_facts())
         timings_path.write_text(json.dumps(timings, indent=1))
@@ -105,8 +108,7 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
         proc.wait()
         first_s = time.perf_counter() - started
         started = time.perf_counter()
-        subprocess.run(_grader(subs, work / "b", workers), cwd=ROOT, env=course_env(), check=False,
-                       stdout=subprocess.DEVNULL)
+        _grade(subs, work / "b", workers)
         timings["interrupted"] = dict(killed_after_s=round(first_s, 1), graded_at_kill=graded_at_kill,
                                       restart_s=round(time.perf_counter() - started, 1), digest=digest,
                                       commit=commit, workers=workers, facts=machine_facts())

@@ -144,15 +144,16 @@ def test_unreadable_notebooks_get_error_rows(class_run, student, message):
 def test_a_fresh_interpreter_grades_as_the_fork_server_does(class_run, tmp_path):
     """On a CPU machine children fork from a pre-imported server (autograder.forkserver); on a GPU machine each is
     a fresh `python -m autograder.child`. Both give the same rows: hangs, exits and crashes included."""
+    students = ("perfect", "stub", "hanging_function", "exit_in_function", "raises_at_import")
     subs = tmp_path / "submissions"
-    for student in ("perfect", "stub", "hanging_function", "exit_in_function", "raises_at_import"):
+    for student in students:
         (subs / student).mkdir(parents=True)
         (subs / student / f"{LESSON}.ipynb").write_bytes((class_run[2] / student / f"{LESSON}.ipynb").read_bytes())
     out = tmp_path / "grades"
     proc = run_grader("--submissions", subs, "--workers", 2, "--out", out, MEMFIT_FORK_SERVER="0",
                       MEMFIT_CHECK_TIMEOUT_S="45", MEMFIT_CELL_TIMEOUT_S="5")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for student in ("perfect", "stub", "hanging_function", "exit_in_function", "raises_at_import"):
+    for student in students:
         fresh, forked = rows_by(out, student), rows_by(class_run[1], student)
         assert {k: (r["status"], r["message"]) for k, r in fresh.items()} == \
             {k: (r["status"], r["message"]) for k, r in forked.items()}, student

@@ -54,7 +54,6 @@ def test_loaded_values_grade_like_values_computed_in_place(recorded_02, fresh_va
 
 
 def test_a_loaded_value_is_the_measurement_itself(recorded_02, fresh_values):
-    from memfit.gpt import COURSE_CONFIGS  # noqa: F401
     from memfit.training import Trainer, measure_step
     from autograder.checks.activations import CPU_CONFIGS
     references.load(recorded_02)
