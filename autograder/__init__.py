@@ -1,5 +1,5 @@
-"""The course's autograder: loads graded code from notebooks without a Jupyter server, runs each
-check in its own subprocess with a time limit, and writes a gradebook and feedback."""
+"""The course's autograder: loads graded code from notebooks without a Jupyter server, grades each
+student x lesson in its own process under time, memory and network limits, and writes a gradebook and feedback."""
 import os
 from pathlib import Path
 

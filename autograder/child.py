@@ -116,6 +116,7 @@ def main(argv: list[str], key: bytes | None = None) -> int:
         solution = None
     sandbox.cap_gpu_memory(float(os.environ["MEMFIT_GPU_FRACTION"]) if os.environ.get("MEMFIT_GPU_FRACTION") else None)
     sandbox.limit_threads(int(os.environ.get("MEMFIT_THREADS", "0")) or os.cpu_count() or 1)
+    sandbox.fill_uninitialized_memory()
     install_reset_guards()
     memfit.profile()  # its cache is set before the snapshot, so that setting it is not a change
     sandbox.install_guards(lesson, [os.environ[k] for k in ("MEMFIT_GRADES_DIR",) if os.environ.get(k)])
@@ -143,6 +144,7 @@ def main(argv: list[str], key: bytes | None = None) -> int:
         if tampered:
             report(event="result", check=name, status="error", message=tamper_message(tampered))
             continue
+        sandbox.fill_uninitialized_memory()
         status, message = run_check(checks[name], loaded)
         tampered = sandbox.changes(before)
         if tampered:

@@ -120,6 +120,9 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
     a, b = _rows(work / "a"), _rows(work / "b")
     key = lambda r: tuple(r.values())  # noqa: E731  (fingerprints included: the same notebook bytes and grader)
     differing = sorted(set(map(key, a)) ^ set(map(key, b)))
+    grade = lambda r: (r["student"], r["lesson"], r["check"], r["points"], r["status"])  # noqa: E731
+    rows_differing = len({r[:3] for r in differing})
+    grades_differing = len({g[:3] for g in {grade(r) for r in a} ^ {grade(r) for r in b}})
     statuses: dict[str, int] = {}
     for r in a:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -131,6 +134,7 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
                 graded_at_kill=second["graded_at_kill"], restart_s=second["restart_s"],
                 same_grader=first["digest"] == second["digest"], commits=[first["commit"], second["commit"]],
                 gradebooks_equal=not differing and first["digest"] == second["digest"],
+                rows_differing=rows_differing, grades_differing=grades_differing,
                 differing_rows=differing[:20], expected=_against_manifest(manifest, a))
 
 
@@ -153,6 +157,13 @@ def _against_manifest(manifest: dict, rows: list[dict]) -> dict:
     return dict(agree=agree, disagree=disagree, misses=misses[:20])
 
 
+def _inequality(r: dict) -> str:
+    if not r["same_grader"]:
+        return "NO: the runs used different grader code"
+    return (f"NO: {r['rows_differing']} of {r['rows']} rows differ, {r['grades_differing']} of them in points or "
+            "status (the JSON lists them)")
+
+
 def markdown(r: dict, facts: dict) -> str:
     return "\n".join([
         f"# Grading a generated class on {facts['machine']} ({facts['cores']} cores)",
@@ -170,7 +181,7 @@ def markdown(r: dict, facts: dict) -> str:
         f"| interrupted run: killed (SIGKILL, whole tree) after | {r['killed_after_s']:.0f} s, {r['graded_at_kill']} notebooks in the gradebook |",
         f"| restarted run | {r['restart_s']:.0f} s |",
         f"| both runs graded by the same grader code (digest) | {'yes' if r['same_grader'] else 'NO'} |",
-        f"| final gradebook equals the uninterrupted one | {'yes' if r['gradebooks_equal'] else 'NO: ' + str(r['differing_rows'][:3])} |",
+        f"| final gradebook equals the uninterrupted one | {'yes' if r['gradebooks_equal'] else _inequality(r)} |",
         f"| generator's predictions borne out | {r['expected']['agree']} of {r['expected']['agree'] + r['expected']['disagree']} |",
         "",
     ])

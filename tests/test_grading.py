@@ -49,6 +49,19 @@ def rows_by(out, student):
         return {r["check"]: r for r in csv.DictReader(f) if r["student"] == student}
 
 
+UNWRITTEN_OUTPUT = """
+import torch
+torch.use_deterministic_algorithms(False)  # the grader turns the fill of fresh memory back on before each check
+def scaled_add(x, y, alpha, out=None):
+    return torch.empty_like(x) if out is None else out  # a kernel that never ran: the output holds whatever was there
+"""
+
+CRASHES = """
+def scaled_add(x, y, alpha, out=None):
+    {}
+"""
+
+
 @pytest.fixture(scope="module")
 def class_run(tmp_path_factory):
     subs = tmp_path_factory.mktemp("submissions")
@@ -65,6 +78,9 @@ def class_run(tmp_path_factory):
         "raises_at_import": {**solution, "cells": solution["cells"][:2] + [code_cell("import a_package_that_does_not_exist\n")] + solution["cells"][2:]},
         "deleted_cell": {**solution, "cells": [c for i, c in enumerate(solution["cells"]) if i != cell_index(solution, "scaled_add_solution")]},
         "wrong_lesson": {**solution, "metadata": {**solution["metadata"], "memfit": {"lesson": "01_memory"}}},
+        "unwritten_output": with_source(solution, "scaled_add_solution", UNWRITTEN_OUTPUT),
+        "segfault": with_source(solution, "scaled_add_solution", CRASHES.format("import ctypes; ctypes.string_at(0)")),
+        "abort": with_source(solution, "scaled_add_solution", CRASHES.format("import os; os.abort()")),
     }
     for student, nb in notebooks.items():
         (subs / student).mkdir()
@@ -88,7 +104,8 @@ def test_run_completes_and_reports_what_it_could_not_grade(class_run):
 
 
 @pytest.mark.parametrize("student", ["perfect", "stub", "hanging_cell", "hanging_function", "exit_in_cell",
-                                     "exit_in_function", "raises_at_import", "deleted_cell", "invalid_json", "wrong_lesson"])
+                                     "exit_in_function", "raises_at_import", "deleted_cell", "invalid_json", "wrong_lesson",
+                                     "unwritten_output", "segfault", "abort"])
 def test_every_student_has_a_row_for_every_check(class_run, student):
     _, out, _ = class_run
     assert sorted(rows_by(out, student)) == sorted(CHECKS)
@@ -126,6 +143,22 @@ def test_exit_inside_a_function_is_an_error_of_its_checks(class_run):
     rows = rows_by(class_run[1], "exit_in_function")
     assert rows["scaled_add_numerics"]["status"] == "error" and "exit status 7" in rows["scaled_add_numerics"]["message"]
     assert rows["bytes_of"]["status"] == "passed"
+
+
+def test_an_unwritten_output_is_named_the_same_way_every_time(class_run):
+    """Fresh memory is NaN in the grading child (sandbox.fill_uninitialized_memory): garbage would put different
+    numbers in the message from run to run, and hide from the learner that nothing was written."""
+    message = rows_by(class_run[1], "unwritten_output")["scaled_add_numerics"]["message"]
+    assert "never written" in message and "max |error|" not in message, message
+
+
+def test_native_crashes_are_worded_alike(class_run):
+    """One memory corruption ends in SIGSEGV one run and SIGABRT the next: the row must not say which."""
+    rows = {student: rows_by(class_run[1], student)["scaled_add_numerics"] for student in ("segfault", "abort")}
+    assert {r["status"] for r in rows.values()} == {"error"}
+    assert rows["segfault"]["message"] == rows["abort"]["message"], rows
+    assert "crashed in native code" in rows["abort"]["message"]
+    assert rows["segfault"]["points"] == "0"
 
 
 def test_deleted_cell_is_named(class_run):
