@@ -23,6 +23,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -91,6 +92,7 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
     digest, commit = _digest(), _commit()
 
     if "uninterrupted" in runs:
+        shutil.rmtree(work / "a", ignore_errors=True)  # a run starts from no gradebook (an old one would be resumed)
         started = time.perf_counter()
         _grade(subs, work / "a", workers)
         timings["uninterrupted"] = dict(seconds=round(time.perf_counter() - started, 1), digest=digest,
@@ -98,6 +100,7 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
         timings_path.write_text(json.dumps(timings, indent=1))
 
     if "interrupted" in runs:
+        shutil.rmtree(work / "b", ignore_errors=True)  # else the rows of an earlier run count toward the kill point
         started = time.perf_counter()
         proc = subprocess.Popen(_grader(subs, work / "b", workers), cwd=ROOT, env=course_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
