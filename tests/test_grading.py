@@ -53,7 +53,9 @@ UNWRITTEN_OUTPUT = """
 import torch
 torch.use_deterministic_algorithms(False)  # the grader turns the fill of fresh memory back on before each check
 def scaled_add(x, y, alpha, out=None):
-    return torch.empty_like(x) if out is None else out  # a kernel that never ran: the output holds whatever was there
+    if out is not None:  # right when given out= (the check's first case)
+        return out.copy_(x + alpha * y)
+    return torch.empty_like(x)  # a kernel that never ran: the output holds whatever the memory held
 """
 
 CRASHES = """
