@@ -123,6 +123,7 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
     a, b = _rows(work / "a"), _rows(work / "b")
     key = lambda r: tuple(r.values())  # noqa: E731  (fingerprints included: the same notebook bytes and grader)
     differing = sorted(set(map(key, a)) ^ set(map(key, b)))
+    same_grader = first["digest"] == second["digest"]
     grade = lambda r: (r["student"], r["lesson"], r["check"], r["points"], r["status"])  # noqa: E731
     rows_differing = len({r[:3] for r in differing})
     grades_differing = len({g[:3] for g in {grade(r) for r in a} ^ {grade(r) for r in b}})
@@ -135,8 +136,8 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
                 max_points=sum(float(r["max_points"]) for r in a if r["status"] != "skipped"),
                 uninterrupted_s=first["seconds"], killed_after_s=second["killed_after_s"],
                 graded_at_kill=second["graded_at_kill"], restart_s=second["restart_s"],
-                same_grader=first["digest"] == second["digest"], commits=[first["commit"], second["commit"]],
-                gradebooks_equal=not differing and first["digest"] == second["digest"],
+                same_grader=same_grader, commits=[first["commit"], second["commit"]],
+                gradebooks_equal=not differing and same_grader,
                 rows_differing=rows_differing, grades_differing=grades_differing,
                 differing_rows=differing[:20], expected=_against_manifest(manifest, a))
 
