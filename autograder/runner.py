@@ -269,14 +269,14 @@ NATIVE_CRASHES = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS)
 def _ended(code: int, log_path: Path) -> str:
     """Why a child died, in words that are the same every time (a crash's own text is not: glibc's heap checks
     word the same corruption differently from run to run, so only an exit's output is quoted)."""
-    if code < 0 and signal.Signals(-code) in NATIVE_CRASHES:  # one corruption ends in any of them: the name varies
-        return ("the process running this check crashed in native code (SIGSEGV, SIGABRT or SIGBUS) before the check "
-                "finished; under Triton's interpreter an unmasked load or store past the end of a tensor corrupts "
-                "memory like this")
     if code < 0:
-        name = signal.Signals(-code).name
-        hint = {signal.SIGKILL: " (out of memory?)", signal.SIGXCPU: " (its CPU-time limit)"}.get(signal.Signals(-code), "")
-        return f"the process running this check was killed by signal {name}{hint} before the check finished"
+        sig = signal.Signals(-code)
+        if sig in NATIVE_CRASHES:  # one corruption ends in any of them: the name varies from run to run
+            return ("the process running this check crashed in native code (SIGSEGV, SIGABRT or SIGBUS) before the "
+                    "check finished; under Triton's interpreter an unmasked load or store past the end of a tensor "
+                    "corrupts memory like this")
+        hint = {signal.SIGKILL: " (out of memory?)", signal.SIGXCPU: " (its CPU-time limit)"}.get(sig, "")
+        return f"the process running this check was killed by signal {sig.name}{hint} before the check finished"
     return (f"the process running this check ended (exit status {code}) before the check finished: does the notebook "
             f"call os._exit, sys.exit or crash? Output: {_tail(log_path.read_text(errors='replace'))}")
 
