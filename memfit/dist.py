@@ -14,6 +14,12 @@ function is called as fn(rank, world_size, **args) after init_process_group, and
 JSON can write. The launcher owns the processes: when a rank exits with an error the others are
 killed at once, when the time limit passes all are killed, and either way DistributedFailure says
 which rank failed and shows the end of its stderr. No process outlives the call.
+
+A rank's result is final once every rank has returned (a barrier), so it is written then, before the
+process group is torn down: a rank that dies in teardown (gloo's threads can abort a process as it
+exits) still delivers it. A rank killed by a signal before it had a result (SIGABRT, SIGSEGV: a
+native crash, which gloo can cause at random) gets the whole world run once more; a crash that
+happens again is reported, so a function that always crashes still fails, with the same message.
 """
 from __future__ import annotations
 
@@ -97,12 +103,29 @@ def run_ranks(target: str | Callable, world_size: int, *, backend: str = "gloo",
     if forked and backend != "gloo":
         raise ValueError("a function object runs in forked ranks, which only gloo supports; "
                          "name it as \"module:function\" to run it on NCCL")
-    name = getattr(target, "__qualname__", repr(target)) if forked else target
     if backend == "nccl":
         import torch
         if torch.cuda.device_count() < world_size:
             raise ValueError(f"nccl with {world_size} ranks needs {world_size} GPUs; "
                              f"this machine has {torch.cuda.device_count()}")
+    try:
+        return _launch(target, world_size, backend, args, timeout_s, env)
+    except _NativeCrash:
+        pass  # once more, all ranks fresh: a second crash is the function's own
+    try:
+        return _launch(target, world_size, backend, args, timeout_s, env)
+    except _NativeCrash as crash:
+        raise DistributedFailure(f"{crash} (It crashed the same way when run a second time.)") from None
+
+
+class _NativeCrash(DistributedFailure):
+    """A rank was killed by a signal before it had a result."""
+
+
+def _launch(target: str | Callable, world_size: int, backend: str, args: dict | None, timeout_s: float,
+            env: dict | None) -> list[Any]:
+    forked = callable(target)
+    name = getattr(target, "__qualname__", repr(target)) if forked else target
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="memfit-dist-") as tmp:
         tmpdir = Path(tmp)
@@ -112,6 +135,7 @@ def run_ranks(target: str | Callable, world_size: int, *, backend: str = "gloo",
         root = str(Path(__file__).resolve().parent.parent)
         child_env = dict(os.environ, **(env or {}))
         child_env["PYTHONPATH"] = root + os.pathsep + child_env.get("PYTHONPATH", "")
+        results = [tmpdir / f"rank{rank}.json" for rank in range(world_size)]
         procs = []
         try:
             for rank in range(world_size):
@@ -123,22 +147,28 @@ def run_ranks(target: str | Callable, world_size: int, *, backend: str = "gloo",
                         [sys.executable, "-m", "memfit.dist", str(tmpdir), str(rank)], env=child_env,
                         stdout=err, stderr=subprocess.STDOUT, start_new_session=True))
             deadline = time.monotonic() + timeout_s
-            while True:
+
+            def failures() -> tuple[list, list[int]]:  # a rank that exits badly after its result is done
                 codes = [p.poll() for p in procs]
-                failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+                return codes, [r for r, c in enumerate(codes) if c not in (None, 0) and not results[r].exists()]
+
+            while True:
+                codes, failed = failures()
                 if failed:
                     time.sleep(0.5)  # let a peer's own error land too: the first failure is often not the cause
-                    codes = [p.poll() for p in procs]
-                    failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+                    codes, failed = failures()
                     _kill_all(procs)
                     report = "\n".join(f"--- rank {r} (exit status {codes[r]}):\n{_tail(tmpdir / f'rank{r}.err')}"
                                        for r in failed)
-                    raise DistributedFailure(f"{name}: rank(s) {failed} of {world_size} exited with an error; "
-                                             f"the others were stopped.\n{report}")
-                if all(c == 0 for c in codes):
+                    kind = _NativeCrash if any(codes[r] < 0 for r in failed) else DistributedFailure
+                    raise kind(f"{name}: rank(s) {failed} of {world_size} exited with an error; "
+                               f"the others were stopped.\n{report}")
+                if all(c is not None for c in codes):
                     break
                 if time.monotonic() > deadline:
                     waiting = [r for r, c in enumerate(codes) if c is None]
+                    if all(results[r].exists() for r in waiting):
+                        break  # stuck in teardown after delivering: the results stand
                     _kill_all(procs)
                     raise DistributedFailure(f"{name}: rank(s) {waiting} of {world_size} still running after "
                                              f"{timeout_s:.0f} s (a hang, or a collective some rank never joined); "
@@ -147,13 +177,10 @@ def run_ranks(target: str | Callable, world_size: int, *, backend: str = "gloo",
                 time.sleep(0.05)
         finally:
             _kill_all(procs)
-        results = []
-        for rank in range(world_size):
-            out = tmpdir / f"rank{rank}.json"
+        for rank, out in enumerate(results):
             if not out.exists():
                 raise DistributedFailure(f"{name}: rank {rank} exited without a result")
-            results.append(json.loads(out.read_text()))
-        return results
+        return [json.loads(out.read_text()) for out in results]
 
 
 def importable_name(obj) -> str | None:
@@ -234,10 +261,12 @@ def _run_rank(fn, tmpdir: Path, rank: int, spec: dict, args: dict) -> None:
                             world_size=world)
     try:
         result = fn(rank, world, **args)
-        dist.barrier()
+        dist.barrier()  # every rank has returned: the results are final
+        partial = tmpdir / f"rank{rank}.json.partial"
+        partial.write_text(json.dumps(result))
+        partial.replace(tmpdir / f"rank{rank}.json")  # atomic: the launcher never reads half a result
     finally:
         dist.destroy_process_group()
-    (tmpdir / f"rank{rank}.json").write_text(json.dumps(result))
 
 
 def demo_all_reduce(rank: int, world_size: int) -> dict:
@@ -251,3 +280,8 @@ def demo_all_reduce(rank: int, world_size: int) -> dict:
 
 if __name__ == "__main__":
     _worker(sys.argv[1], int(sys.argv[2]))
+    # The result is written and the process group gone. Skip the interpreter's teardown, where threads
+    # of the communication libraries can abort the process ("terminate called without an active exception").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -141,11 +141,15 @@ class TorchComm(Comm):
         import torch.distributed as dist
         self._dist = dist
         super().__init__(dist.get_rank(), dist.get_world_size())
+        # settle()'s meeting point, made now, before any meter starts. dist.barrier() would allocate a
+        # 1-byte tensor per call, and torch 2.11's gloo keeps the last one alive: one byte "at rest".
+        device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+        self._meeting = torch.zeros(1, device=device)
 
     def settle(self) -> None:
         # gloo's worker thread drops its reference to a finished collective's tensors a moment after the
         # caller returns: a temporary the caller passed (a clone of a shard) can outlive the call briefly.
-        self._dist.barrier()
+        self._dist.all_reduce(self._meeting)
         time.sleep(0.05)
 
     def _all_reduce(self, tensor):

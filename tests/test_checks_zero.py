@@ -75,6 +75,13 @@ def test_gloo_check_rejects_wrong_optimizer_and_wrong_formula():
         checks.check_zero_on_gloo(ref.ZeroAdamW, mutants.zero_bytes_stage2_shards_params, cases="hidden")
 
 
+def test_gloo_check_counts_what_a_rank_keeps():
+    """The measured bytes at rest decide, not only the formula: a ZeRO-2 that keeps its full gradient
+    fails (and a reference rank's bookkeeping, such as a barrier's tensor, must not count against it)."""
+    with pytest.raises(CheckFailed, match="stage 2, gloo rank 0: .* bytes alive after a step"):
+        checks.check_zero_on_gloo(mutants.ZeroStage2KeepsFullGradient, ref.zero_bytes_per_rank, cases="hidden")
+
+
 @pytest.mark.parametrize("wrong, check, cases", [
     (mutants.zero_bytes_unpadded, checks.check_zero_bytes_per_rank, "hidden"),
     (mutants.zero_bytes_stage2_shards_params, checks.check_zero_bytes_per_rank, "visible"),

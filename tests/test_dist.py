@@ -40,6 +40,25 @@ def test_a_hanging_rank_is_stopped_at_the_time_limit():
     assert not rank_processes()
 
 
+def test_a_rank_that_dies_in_teardown_still_delivers_its_result():
+    assert run_ranks("tests.dist_targets:abort_in_teardown_on_rank_1", 2, timeout_s=60) == [
+        {"rank": 0}, {"rank": 1}]
+    assert not rank_processes()
+
+
+def test_a_native_crash_gets_one_more_run(tmp_path):
+    """A rank's SIGABRT before its result reruns the world once: a random crash costs nothing, a crash
+    that happens every time still fails, saying so."""
+    marker = tmp_path / "crashed-once"
+    assert run_ranks("tests.dist_targets:abort_once_on_rank_1", 2, args={"marker": str(marker)},
+                     timeout_s=60) == [{"rank": 0}, {"rank": 1}]
+    assert marker.exists()
+    with pytest.raises(DistributedFailure, match=r"(?s)rank\(s\) \[.*1\] of 2 exited.*exit status -6.*"
+                                                 r"crashed the same way when run a second time"):
+        run_ranks("tests.dist_targets:abort_on_rank_1", 2, timeout_s=60)
+    assert not rank_processes()
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="world_size"):
         run_ranks("memfit.dist:demo_all_reduce", 0)
