@@ -90,6 +90,10 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
     timings_path = work / "timings.json"
     timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
     digest, commit = _digest(), _commit()
+    for other in [r for r in timings if r not in runs and timings[r]["digest"] != digest]:
+        print(f"{work}: the {other} run graded with other code (digest {timings[other]['digest'][:12]}…); "
+              f"its timing is dropped: make it again", file=sys.stderr)
+        del timings[other]
 
     if "uninterrupted" in runs:
         shutil.rmtree(work / "a", ignore_errors=True)  # a run starts from no gradebook (an old one would be resumed)
