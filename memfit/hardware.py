@@ -196,8 +196,9 @@ PROBLEM_SIZES: dict[str, dict[str, dict]] = {
         "cpu": dict(config="tiny", batch=4, seq=128),
         "gpu": dict(config="small", batch=4, seq=1024),
     },
-    # Lesson 05: naive against flash attention as the sequence grows (batch 1, 16 heads of 64). Naive attention
-    # needs about 4.4 GB at N = 4096 in bf16 and 18.5 GB at 8192: the longest run only where it fits.
+    # Lesson 05: naive against flash attention as the sequence grows (batch 1, 16 heads of 64). Naive attention's
+    # forward + backward needs 2,072 MiB at N = 4096 in bf16 and 8,272 MiB at 8192 (the H100 flash-attention
+    # record), twice that in fp32 (GPUs without bf16 tensor cores): the longest run only where it fits.
     "attention_memory": {
         "cpu": dict(heads=4, head_dim=32, seqs=(64, 128, 256, 512)),
         "gpu": dict(heads=16, head_dim=64, seqs=(512, 1024, 2048, 4096)),

@@ -247,6 +247,9 @@ def measured_savings(cfg, batch: int, seq: int, dtype: torch.dtype, use_fused_ke
 
 
 def check_fusion_savings(fusion_savings_per_layer, use_fused_kernels, cases: str = "visible") -> None:
+    """The learner's formula against the bytes the memory meter sees fusion save in a forward pass. The savings
+    are measured with the reference use_fused_kernels, not the learner's: this check grades the formula alone,
+    so a broken fused GPT loses fused_gpt's points and not these too."""
     from memfit.from_lessons.kernel_fusion import use_fused_kernels as reference_fuse
     from memfit.gpt import COURSE_CONFIGS
     visible, hidden = check_cases(cases)

@@ -113,7 +113,8 @@ def chunked_linear_ce(x, weight, targets, bias=None, ignore_index=IGNORE_INDEX, 
 def chunk_plan(n_tokens: int, hidden: int, vocab: int, element_size: int, budget: int | None = None):
     """(C, Vc): tokens and vocabulary columns per tile, so the scratch (a tile of logits, and when a tile holds
     less than a whole row, an fp32 dX accumulator of C x H) fits `budget` bytes: by default 1/32 of dX + dW, at
-    least 1 MiB. Whole rows when at least min(N, 512) of them fit: no recomputation."""
+    least 1 MiB. Whole rows when at least min(N, 512) of them fit: no recomputation. Not counted: the C x H
+    product each partial-row tile adds into that accumulator, a matmul's temporary of one more C x H."""
     if budget is None:
         budget = max((n_tokens + vocab) * hidden * element_size // 32, 1 << 20)
     whole_rows = budget // (vocab * element_size)

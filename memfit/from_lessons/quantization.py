@@ -255,7 +255,7 @@ STATE_BLOCK = 256  # values per fp32 absmax in an 8-bit optimizer state
 
 
 def dynamic_code(signed: bool) -> torch.Tensor:
-    """255 sorted fp32 levels in [-1, 1] (signed) or [0, 1]: zero and seven decades 10^-6 .. 1; decade i (the one
+    """255 sorted fp32 levels in [-1, 1] (signed) or [0, 1]: zero and seven decades 10^-7 .. 1; decade i (the one
     ending at 10^(i-6)) split evenly into 2^i steps (2^(i+1) unsigned, which has no sign to store)."""
     levels = [0.0]
     for i in range(7):
