@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -71,6 +72,16 @@ def _digest() -> str:
     return out.stdout.strip()
 
 
+def _class_digest(subs: Path) -> str:
+    """The class's notebooks, byte for byte: runs made apart (a class regenerated in another session) must
+    grade the same submissions."""
+    h = hashlib.sha256()
+    for path in sorted(subs.glob("*/*.ipynb")):
+        h.update(str(path.relative_to(subs)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def _commit() -> str:
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return out.stdout.strip() or "unknown"
@@ -89,18 +100,19 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
     notebooks = sum(1 for _ in subs.glob("*/*.ipynb"))
     timings_path = work / "timings.json"
     timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
-    digest, commit = _digest(), _commit()
-    for other in [r for r in timings if r not in runs and timings[r]["digest"] != digest]:
-        print(f"{work}: the {other} run graded with other code (digest {timings[other]['digest'][:12]}…); "
-              f"its timing is dropped: make it again", file=sys.stderr)
-        del timings[other]
+    digest, commit, class_digest = _digest(), _commit(), _class_digest(subs)
+    for other in [r for r in timings if r not in runs]:
+        if (timings[other]["digest"], timings[other].get("class")) != (digest, class_digest):
+            print(f"{work}: the {other} run graded with other code or another class; its timing is dropped: "
+                  f"make it again", file=sys.stderr)
+            del timings[other]
 
     if "uninterrupted" in runs:
         shutil.rmtree(work / "a", ignore_errors=True)  # a run starts from no gradebook (an old one would be resumed)
         started = time.perf_counter()
         _grade(subs, work / "a", workers)
         timings["uninterrupted"] = dict(seconds=round(time.perf_counter() - started, 1), digest=digest,
-                                        commit=commit, workers=workers, facts=machine_facts())
+                                        commit=commit, workers=workers, facts=machine_facts(), **{"class": class_digest})
         timings_path.write_text(json.dumps(timings, indent=1))
 
     if "interrupted" in runs:
@@ -118,7 +130,7 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
         _grade(subs, work / "b", workers)
         timings["interrupted"] = dict(killed_after_s=round(first_s, 1), graded_at_kill=graded_at_kill,
                                       restart_s=round(time.perf_counter() - started, 1), digest=digest,
-                                      commit=commit, workers=workers, facts=machine_facts())
+                                      commit=commit, workers=workers, facts=machine_facts(), **{"class": class_digest})
         timings_path.write_text(json.dumps(timings, indent=1))
 
     if not {"uninterrupted", "interrupted"} <= timings.keys():
