@@ -100,7 +100,8 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
     notebooks = sum(1 for _ in subs.glob("*/*.ipynb"))
     timings_path = work / "timings.json"
     timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
-    digest, commit, class_digest = _digest(), _commit(), _class_digest(subs)
+    digest, class_digest = _digest(), _class_digest(subs)
+    stamp = {"digest": digest, "class": class_digest, "commit": _commit(), "workers": workers}  # on each run's timing
     for other in [r for r in timings if r not in runs]:
         if (timings[other]["digest"], timings[other].get("class")) != (digest, class_digest):
             print(f"{work}: the {other} run graded with other code or another class; its timing is dropped: "
@@ -111,8 +112,8 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
         shutil.rmtree(work / "a", ignore_errors=True)  # a run starts from no gradebook (an old one would be resumed)
         started = time.perf_counter()
         _grade(subs, work / "a", workers)
-        timings["uninterrupted"] = dict(seconds=round(time.perf_counter() - started, 1), digest=digest,
-                                        commit=commit, workers=workers, facts=machine_facts(), **{"class": class_digest})
+        timings["uninterrupted"] = dict(seconds=round(time.perf_counter() - started, 1), **stamp,
+                                        facts=machine_facts())
         timings_path.write_text(json.dumps(timings, indent=1))
 
     if "interrupted" in runs:
@@ -129,8 +130,8 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
         started = time.perf_counter()
         _grade(subs, work / "b", workers)
         timings["interrupted"] = dict(killed_after_s=round(first_s, 1), graded_at_kill=graded_at_kill,
-                                      restart_s=round(time.perf_counter() - started, 1), digest=digest,
-                                      commit=commit, workers=workers, facts=machine_facts(), **{"class": class_digest})
+                                      restart_s=round(time.perf_counter() - started, 1), **stamp,
+                                      facts=machine_facts())
         timings_path.write_text(json.dumps(timings, indent=1))
 
     if not {"uninterrupted", "interrupted"} <= timings.keys():
