@@ -40,6 +40,9 @@ class MemoryReport:
     device: str
     ops: Counter = field(default_factory=Counter)  # aten ops the call dispatched (live meter only)
     largest_bytes: int | None = None  # the largest single storage the call created (live meter only)
+    # bytes the call left allocated beyond its result (a scratch cached in a global, a tensor kept on self):
+    # the most either call (the warm-up, the measured one) kept
+    kept_bytes: int = 0
 
     def __str__(self) -> str:
         return f"{format_bytes(self.peak_bytes)} peak extra ({self.meter} on {self.device})"
@@ -195,6 +198,17 @@ def _device_of(args: tuple, kwargs: dict, device: str | torch.device | None) -> 
     return DEVICE
 
 
+def _result_bytes(result: Any, made_by_the_call: Callable) -> int:
+    """Bytes of the distinct storages the result holds that the call made (its outputs are not kept memory)."""
+    seen: dict[int, int] = {}
+    for t in tree_leaves(result):
+        if _has_storage(t):
+            storage = t.untyped_storage()
+            if made_by_the_call(storage):
+                seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
 def measure_peak(fn: Callable, *args, device=None, meter: str | None = None, warmup: bool = True,
                  **kwargs) -> tuple[Any, MemoryReport]:
     """Run fn(*args, **kwargs); return (its result, a MemoryReport of the peak extra bytes).
@@ -208,8 +222,23 @@ def measure_peak(fn: Callable, *args, device=None, meter: str | None = None, war
     if meter == CUDA_ALLOCATOR and dev.type != "cuda":
         raise ValueError("the CUDA allocator meter needs CUDA tensors; "
                          f"these are on {dev} (use meter=LIVE_TENSORS)")
+    if dev.type == "cuda":  # cuBLAS's handle and workspace are the process's, not the call's: create them first
+        torch.mm(torch.ones(1, 1, device=dev), torch.ones(1, 1, device=dev))
+        torch.cuda.synchronize(dev)
+    kept_first = 0
     if warmup:
-        fn(*args, **kwargs)
+        if meter == CUDA_ALLOCATOR:
+            before = torch.cuda.memory_allocated(dev)
+            fn(*args, **kwargs)
+            gc.collect()
+            torch.cuda.synchronize(dev)
+            kept_first = torch.cuda.memory_allocated(dev) - before
+        else:
+            first = LiveTensorMeter()
+            with _interpreter_launches_free(first), first:
+                fn(*args, **kwargs)
+            gc.collect()
+            kept_first = first.current
     gc.collect()
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -220,7 +249,11 @@ def measure_peak(fn: Callable, *args, device=None, meter: str | None = None, war
             result = fn(*args, **kwargs)
             torch.cuda.synchronize(dev)
         peak = torch.cuda.max_memory_allocated(dev) - baseline
-        return result, MemoryReport(peak, CUDA_ALLOCATOR, str(dev))
+        gc.collect()
+        given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if _has_storage(t)}
+        kept = torch.cuda.memory_allocated(dev) - baseline - _result_bytes(
+            result, lambda storage: storage.data_ptr() not in given)
+        return result, MemoryReport(peak, CUDA_ALLOCATOR, str(dev), kept_bytes=max(kept_first, kept, 0))
     if meter != LIVE_TENSORS:
         raise ValueError(f"unknown meter {meter!r}: use {CUDA_ALLOCATOR!r} or {LIVE_TENSORS!r}")
     live = LiveTensorMeter()
@@ -228,4 +261,6 @@ def measure_peak(fn: Callable, *args, device=None, meter: str | None = None, war
         result = fn(*args, **kwargs)
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
-    return result, MemoryReport(live.peak, LIVE_TENSORS, str(dev), live.ops, live.largest)
+    gc.collect()
+    kept = live.current - _result_bytes(result, lambda storage: id(storage) in live._live)
+    return result, MemoryReport(live.peak, LIVE_TENSORS, str(dev), live.ops, live.largest, max(kept_first, kept, 0))

@@ -117,3 +117,35 @@ def checks_for(lesson: str) -> list[Check]:
     except ModuleNotFoundError as exc:
         raise LookupError(f"no checks exist for lesson {lesson} (autograder/checks/{lesson_topic(lesson)}.py)") from exc
     return list(module.CHECKS)
+
+
+class given_references:
+    """Grade one exercise on its own: while active, the names `replacements` gives are rebound, in the module
+    where the learner's function `fn` was defined (a notebook's namespace), to the course's reference code.
+
+        with given_references(chunked_linear_ce, cross_entropy_with_grad=reference.cross_entropy_with_grad):
+            ...  # the learner's chunked_linear_ce now calls the reference cross_entropy_with_grad
+
+    So a bug in exercise A costs A's points only, not those of exercise B that calls it, and B's message never
+    points at A's cell. Names the module does not define are left alone (a learner who inlined A needs nothing)."""
+
+    def __init__(self, fn: Callable, **replacements):
+        fn = getattr(fn, "__func__", fn)
+        self.namespace = getattr(fn, "__globals__", None)
+        if self.namespace is None and isinstance(fn, type):  # a class: the module of its methods
+            methods = [m for m in vars(fn).values() if hasattr(getattr(m, "__func__", m), "__globals__")]
+            self.namespace = getattr(getattr(methods[0], "__func__", methods[0]), "__globals__", None) if methods else None
+        self.replacements = {k: v for k, v in replacements.items() if self.namespace is not None and k in self.namespace}
+        self.saved: dict = {}
+
+    def __enter__(self):
+        for name, value in self.replacements.items():
+            self.saved[name] = self.namespace[name]
+            self.namespace[name] = value
+        return self
+
+    def __exit__(self, *exc):
+        for name, value in self.saved.items():
+            self.namespace[name] = value
+        self.saved.clear()
+        return False

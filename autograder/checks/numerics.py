@@ -109,3 +109,151 @@ def poisoned_allocations():
         yield
     finally:
         torch.empty, torch.empty_like = empty, empty_like
+
+
+# ------------------------------------------------------------------------------- side effects and guards
+
+def _tensors(tree) -> list[torch.Tensor]:
+    from torch.utils._pytree import tree_leaves
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor) and t.layout == torch.strided]
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN equals NaN, -0.0 differs from 0.0)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.is_floating_point and a.element_size() in (2, 4, 8):
+        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
+    return torch.equal(a, b)
+
+
+def _spans(t: torch.Tensor) -> tuple[int, int]:
+    """[first byte, last byte + 1) of the memory a tensor's elements occupy."""
+    if t.numel() == 0:
+        return (t.data_ptr(), t.data_ptr())
+    lo = hi = t.data_ptr()
+    for size, stride in zip(t.shape, t.stride()):
+        reach = (size - 1) * stride * t.element_size()
+        lo, hi = (lo + reach, hi) if reach < 0 else (lo, hi + reach)
+    return lo, hi + t.element_size()
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors' elements can share memory (same device, intersecting byte ranges)."""
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+    (a0, a1), (b0, b1) = _spans(a), _spans(b)
+    return a0 < b1 and b0 < a1
+
+
+def call_pure(fn, *args, what: str, writable: tuple[str, ...] = (), **kwargs):
+    """call_learner, then prove the call had no side effect on its inputs: every tensor argument (positional or
+    keyword) holds the same bits as before, and no tensor of the result shares memory with one, except the
+    keyword arguments named in `writable` (an `out=` the exercise asks to write into)."""
+    from autograder.checks import call_learner
+    named = [(f"argument {i + 1}", a) for i, a in enumerate(args)] + [(k, v) for k, v in kwargs.items()
+                                                                       if k not in writable]
+    inputs = [(name, t) for name, value in named for t in _tensors(value)]
+    before = [t.detach().clone() for _, t in inputs]
+    result = call_learner(fn, *args, what=what, **kwargs)
+    for (name, t), old in zip(inputs, before):
+        if not _same_bits(t.detach(), old):
+            changed = int((t.detach() != old).sum()) if t.dtype != torch.bool else -1
+            raise CheckFailed(f"{what}: {name} was changed by the call ({changed} elements differ): leave the "
+                              "inputs as they were and write results into new tensors (or out=)")
+    for out in _tensors(result):
+        for name, t in inputs:
+            if overlaps(out, t):
+                raise CheckFailed(f"{what}: the result shares memory with {name}: return a new tensor, not a "
+                                  "view of an input (a caller that changes one would change the other)")
+    return result
+
+
+def _guard_value(dtype: torch.dtype):
+    """NaN for floating point, the largest value for integers, True for bool: values a kernel rarely writes."""
+    if dtype.is_floating_point:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).max
+
+
+def guarded_empty(shape, dtype: torch.dtype, device, guard: int = GUARD_ELEMENTS) -> torch.Tensor:
+    """An uninitialised-looking tensor (filled with the guard value) inside a larger buffer with `guard` elements
+    of the guard value on either side; check_guards(t) later says whether anything was written outside it."""
+    n = 1
+    for s in shape:
+        n *= s
+    buffer = torch.full((n + 2 * guard,), _guard_value(dtype), dtype=dtype, device=device)
+    t = buffer[guard:guard + n].view(tuple(shape))
+    _GUARDED[id(t)] = (buffer, guard, n)
+    return t
+
+
+_GUARDED: dict[int, tuple] = {}
+
+
+def check_guards(t: torch.Tensor, what: str) -> None:
+    """CheckFailed when a kernel wrote before the start or past the end of a tensor made by guarded_empty."""
+    buffer, guard, n = _GUARDED.pop(id(t))
+    fill = _guard_value(buffer.dtype)
+    for name, region, first in (("before the start", buffer[:guard], -guard), ("past the end", buffer[guard + n:], n)):
+        written = ~torch.isnan(region) if buffer.dtype.is_floating_point else region != fill
+        if written.any():
+            idx = int(written.nonzero()[0]) + first
+            raise CheckFailed(f"{what}: wrote {int(written.sum())} elements {name} of an output (out of bounds, at "
+                              f"element {idx} of {n}): mask every load and store with the true size, and launch "
+                              "only the programs a partial last block needs")
+
+
+@contextlib.contextmanager
+def guarded_allocations():
+    """While active, tensors the learner makes with torch.empty/zeros/ones/full (and their _like forms, and
+    Tensor.new_empty/new_zeros) sit inside larger buffers with guard elements on both sides; leaving the block
+    raises CheckFailed when anything was written outside one. Catches an unmasked store past the end of an
+    output the learner allocated, on the GPU too, where the caching allocator's slack would swallow it.
+    Empty/new_empty tensors hold the guard value (NaN): an element never written shows."""
+    made: list[tuple[torch.Tensor, torch.Tensor, int, int]] = []
+    saved = {name: getattr(torch, name) for name in ("empty", "zeros", "ones", "full", "empty_like", "zeros_like",
+                                                     "ones_like", "full_like")}
+    tensor_saved = {name: getattr(torch.Tensor, name) for name in ("new_empty", "new_zeros")}
+
+    def wrap(allocate, keep_values: bool):
+        def make(*args, **kwargs):
+            plain = allocate(*args, **kwargs)
+            if plain.layout != torch.strided or plain.numel() == 0 or plain.requires_grad:
+                return plain
+            n, dtype, device = plain.numel(), plain.dtype, plain.device
+            guard = GUARD_ELEMENTS
+            buffer = saved["full"]((n + 2 * guard,), _guard_value(dtype), dtype=dtype, device=device)
+            t = buffer[guard:guard + n].view(plain.shape)
+            if keep_values:
+                t.copy_(plain)
+            made.append((t, buffer, guard, n))
+            del plain
+            return t
+        return make
+
+    for name, original in saved.items():  # empty: guard values (NaN); zeros, ones, full: their values
+        setattr(torch, name, wrap(original, keep_values="empty" not in name))
+    for name, original in tensor_saved.items():
+        setattr(torch.Tensor, name, wrap(original, keep_values=name == "new_zeros"))
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
+        for name, fn in tensor_saved.items():
+            setattr(torch.Tensor, name, fn)
+    for t, buffer, guard, n in made:
+        fill = _guard_value(buffer.dtype)
+        for where, region, first in (("before the start", buffer[:guard], -guard),
+                                     ("past the end", buffer[guard + n:], n)):
+            written = ~torch.isnan(region) if buffer.dtype.is_floating_point else region != fill
+            if written.any():
+                idx = int(written.nonzero()[0]) + first
+                raise CheckFailed(f"a kernel wrote {int(written.sum())} elements {where} of a tensor of "
+                                  f"{tuple(t.shape)} ({dtype_name(t.dtype)}) that your code allocated (out of "
+                                  f"bounds, at element {idx} of {n}): mask every load and store with the true "
+                                  "size, and launch only the programs a partial last block needs")
