@@ -1,25 +1,76 @@
 """Checks of lesson 01 (solutions/01_model_states.ipynb): exact parameter counts and the bytes of
-parameters, gradients and optimizer states, against models built by PyTorch and measured tensors."""
+parameters, gradients and optimizer states, against models built by PyTorch and measured tensors.
+
+Each check iterates over a plan of case records (COUNT_CASES, BYTES_CASES, INVALID_CASES, MEASURED_CASES); AXES
+lists what the exercises' text lets vary and case_axes reads the same records. No exercise of this lesson takes
+or returns a tensor, so there is no dtype, out=, memory, aliasing or guard-region axis: the recipes' dtypes are
+the `precision` axis, and the measured check trains on the CPU on every machine (bytes per element do not depend
+on the device)."""
 from __future__ import annotations
+
+import functools
+import numbers
+from dataclasses import dataclass
 
 import torch
 
-from autograder.checks import Check, CheckFailed, call_learner, check_cases, expect_value_error
+import memfit.from_lessons.model_states as reference  # imported before the grading child's guards go up
+from autograder.checks import Check, CheckFailed, CheckSkipped, call_learner, check_cases
 from memfit.gpt import (COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_1_405B, LLAMA_3_2_1B, GPTConfig,
                         n_params, unique_parameters)
+
+INT32_MAX = 2**31 - 1
 
 # ------------------------------------------------------------------------------------ count_params
 
 ODD = GPTConfig(vocab_size=1001, d_model=96, n_layers=5, n_heads=12, n_kv_heads=1, ffn_hidden=250, name="odd (MQA)")
-COUNT_VISIBLE = [COURSE_CONFIGS["tiny"], LLAMA_3_1_8B]
-COUNT_HIDDEN = [LLAMA_3_1_70B, LLAMA_3_1_405B, LLAMA_3_2_1B, COURSE_CONFIGS["tiny-mha"], COURSE_CONFIGS["small"],
-                COURSE_CONFIGS["medium"], ODD]
+# one layer, tied, multi-query, f = 3.5 h: edge values a small visible case shows and a hidden one varies
+ONE_LAYER = GPTConfig(vocab_size=500, d_model=64, n_layers=1, n_heads=4, n_kv_heads=1, ffn_hidden=224,
+                      tie_embeddings=True, name="one-layer (MQA, tied)")
+ONE_LAYER_HIDDEN = GPTConfig(vocab_size=3001, d_model=48, n_layers=1, n_heads=6, n_kv_heads=1, ffn_hidden=168,
+                             tie_embeddings=True, name="one-layer-b (MQA, tied)")
 
 
-def true_param_count(cfg: GPTConfig) -> int:
-    """The count of the real model, built on the meta device (shapes only, no memory)."""
+def _attention(cfg: GPTConfig) -> str:
+    if cfg.n_kv_heads == cfg.n_heads:
+        return "MHA"
+    return "MQA" if cfg.n_kv_heads == 1 else "GQA"
+
+
+@dataclass(frozen=True)
+class CountCase:
+    cfg: GPTConfig
+    hidden: bool
+
+    def axes(self) -> dict:
+        cfg = self.cfg
+        return {"attention": _attention(cfg), "tied_head": cfg.tie_embeddings,
+                "ffn_hidden": "3.5 h" if 2 * cfg.ffn_hidden == 7 * cfg.d_model else "other",
+                "n_layers": "1" if cfg.n_layers == 1 else "several",
+                "count": "> int32" if true_param_count(cfg) > INT32_MAX else "<= int32"}
+
+
+COUNT_CASES = ([CountCase(cfg, False) for cfg in (COURSE_CONFIGS["tiny"], COURSE_CONFIGS["tiny-mha"], ONE_LAYER,
+                                                  LLAMA_3_1_8B)]
+               + [CountCase(cfg, True) for cfg in (LLAMA_3_1_70B, LLAMA_3_1_405B, LLAMA_3_2_1B, COURSE_CONFIGS["small"],
+                                                   COURSE_CONFIGS["medium"], ODD, ONE_LAYER_HIDDEN)])
+COUNT_VISIBLE = [c.cfg for c in COUNT_CASES if not c.hidden]  # read by slides/figures/01_model_states.py
+COUNT_HIDDEN = [c.cfg for c in COUNT_CASES if c.hidden]
+
+
+def _built_count(cfg: GPTConfig) -> int:
     with torch.device("meta"):
         return n_params(GPT(cfg))
+
+
+@functools.lru_cache(maxsize=None)
+def true_param_count(cfg: GPTConfig) -> int:
+    """The count of the real model, built on the meta device (shapes only, no memory). Layers are identical, so
+    a deep model is counted from its one- and two-layer versions: built, not derived from a formula."""
+    if cfg.n_layers <= 2:
+        return _built_count(cfg)
+    one, two = _built_count(cfg.scaled(n_layers=1)), _built_count(cfg.scaled(n_layers=2))
+    return one + (cfg.n_layers - 1) * (two - one)
 
 
 def _count_hint(cfg: GPTConfig, diff: int) -> str:
@@ -30,27 +81,130 @@ def _count_hint(cfg: GPTConfig, diff: int) -> str:
              2 * L * h * (h - kv): "the K and V projections: with grouped-query attention they are h x kv, "
                                    "kv = n_kv_heads * head_dim",
              L * h * cfg.ffn_hidden: "one of the three SwiGLU matrices"}
-    hint = hints.get(abs(diff))
+    hint = hints.get(abs(diff)) if diff else None
     return f" (the difference is {hint})" if hint else ""
 
 
-def check_count_params(count_params, cases: str = "visible") -> None:
+def _describe(cfg: GPTConfig) -> str:
+    return (f"{cfg.name}: vocab {cfg.vocab_size}, d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads} heads, "
+            f"{cfg.n_kv_heads} kv heads, ffn {cfg.ffn_hidden}, {'tied' if cfg.tie_embeddings else 'untied'}")
+
+
+def _plan(records, cases: str) -> list:
+    """The records `cases` runs: the visible ones, the hidden ones, or both ("all")."""
     visible, hidden = check_cases(cases)
-    for cfg in (COUNT_VISIBLE if visible else []) + (COUNT_HIDDEN if hidden else []):
+    return [r for r in records if (hidden if r.hidden else visible)]
+
+
+def check_count_params(count_params, cases: str = "visible") -> None:
+    for case in _plan(COUNT_CASES, cases):
+        cfg = case.cfg
         got = call_learner(count_params, cfg, what=f"count_params({cfg.name})")
         want = true_param_count(cfg)
         if not isinstance(got, int) or isinstance(got, bool):
             raise CheckFailed(f"count_params({cfg.name}) should return an int, got {type(got).__name__} {got!r}")
         if got != want:
             raise CheckFailed(f"count_params({cfg.name}): expected {want:,}, got {got:,}: off by "
-                              f"{got - want:+,}{_count_hint(cfg, got - want)}")
+                              f"{got - want:+,}{_count_hint(cfg, got - want)} [{_describe(cfg)}]")
 
 
 # ------------------------------------------------------------------------------------- state_bytes
 
 def reference_state_bytes():
-    from memfit.from_lessons.model_states import STATE_OPTIMIZERS, STATE_PRECISIONS, state_bytes
-    return state_bytes, STATE_PRECISIONS, STATE_OPTIMIZERS
+    return reference.state_bytes, reference.STATE_PRECISIONS, reference.STATE_OPTIMIZERS
+
+
+PRECISIONS, OPTIMIZERS, BLOCK = reference.STATE_PRECISIONS, reference.STATE_OPTIMIZERS, reference.BLOCK_8BIT
+KEYS = ("params", "grads", "optimizer")
+CALLS = ("positional", "keywords", "default optimizer", "defaults")
+
+
+def _n_vs_block(n: int) -> str:
+    if n == 1:
+        return "1"
+    if n < BLOCK:
+        return "below one block"
+    return "whole blocks" if n % BLOCK == 0 else "a partial last block"
+
+
+@dataclass(frozen=True)
+class BytesCase:
+    n: int
+    precision: str
+    optimizer: str
+    hidden: bool
+    call: str = "positional"  # CALLS: how the arguments are passed
+
+    def axes(self) -> dict:
+        return {"precision": self.precision, "optimizer": self.optimizer, "n_vs_block": _n_vs_block(self.n),
+                "magnitude": "> int32" if self.n > INT32_MAX else "<= int32", "call": self.call}
+
+    def arguments(self) -> tuple[tuple, dict]:
+        """(args, kwargs) of the call."""
+        if self.call == "defaults":
+            return (self.n,), {}
+        if self.call == "default optimizer":
+            return (self.n, self.precision), {}
+        if self.call == "keywords":
+            return (self.n,), {"precision": self.precision, "optimizer": self.optimizer}
+        return (self.n, self.precision, self.optimizer), {}
+
+    def what(self) -> str:
+        args = {"positional": f"{self.precision!r}, {self.optimizer!r}", "defaults": "",
+                "default optimizer": f"{self.precision!r}",
+                "keywords": f"precision={self.precision!r}, optimizer={self.optimizer!r}"}[self.call]
+        return f"state_bytes({self.n:,}{', ' if args else ''}{args})"
+
+
+def defaults(n: int, hidden: bool) -> BytesCase:
+    """state_bytes(n): the signature's defaults, precision "amp" and optimizer "adamw"."""
+    return BytesCase(n, "amp", "adamw", hidden, "defaults")
+
+
+def default_optimizer(n: int, precision: str, hidden: bool) -> BytesCase:
+    """state_bytes(n, precision): the optimizer's default, "adamw"."""
+    return BytesCase(n, precision, "adamw", hidden, "default optimizer")
+
+
+N_8B = 8_030_261_248  # Llama-3.1-8B: whole blocks, above int32
+_VISIBLE_N = (1, 200, 512, 1000, 12_345)  # one value per n_vs_block, cycled over the recipes x optimizers
+_HIDDEN_N = (1, 255, 257, 65_536, 99_999, 70_553_706_496, 3_000_000_001)
+
+BYTES_CASES = (
+    [BytesCase(_VISIBLE_N[i % len(_VISIBLE_N)], p, o, False)
+     for i, (p, o) in enumerate((p, o) for p in PRECISIONS for o in OPTIMIZERS)]
+    + [BytesCase(N_8B, "mixed", "adamw", False), BytesCase(2**31 + 5, "bf16", "adamw8bit", False),
+       defaults(1000, False), default_optimizer(300, "bf16", False),
+       BytesCase(777, "mixed_fp32_grads", "sgd", False, "keywords")]
+    + [BytesCase(n, p, o, True) for n in _HIDDEN_N for p in PRECISIONS for o in OPTIMIZERS]
+    + [defaults(4321, True), default_optimizer(4321, "fp32", True),
+       BytesCase(2**33 + 3, "mixed_fp32_grads", "adamw8bit", True, "keywords")])
+
+
+@dataclass(frozen=True)
+class InvalidCase:
+    precision: str
+    optimizer: str
+    bad: str  # the argument that is bad: "precision" or "optimizer"
+    kind: str  # "unknown", "other case" (the names are case-sensitive), "near miss" (a prefix or a variant)
+    hidden: bool
+
+    def axes(self) -> dict:
+        return {"invalid": self.bad, "invalid_name": self.kind}
+
+
+INVALID_CASES = [
+    InvalidCase("fp8", "adamw", "precision", "unknown", False), InvalidCase("amp", "adam9", "optimizer", "unknown", False),
+    InvalidCase("AMP", "adamw", "precision", "other case", False),
+    InvalidCase("amp", "AdamW", "optimizer", "other case", False),
+    InvalidCase("mixed_fp32", "adamw", "precision", "near miss", False),
+    InvalidCase("amp", "adam", "optimizer", "near miss", False),
+    InvalidCase("fp16", "sgd", "precision", "unknown", True), InvalidCase("bf16", "lion", "optimizer", "unknown", True),
+    InvalidCase("Mixed", "sgd", "precision", "other case", True), InvalidCase("fp32", "SGD", "optimizer", "other case", True),
+    InvalidCase("bf", "adamw", "precision", "near miss", True), InvalidCase("mixed", "adamw8", "optimizer", "near miss", True),
+]
+# what a message must contain to name the bad argument (the table calls a precision a recipe too)
+ARGUMENT_NAMES = {"precision": ("precision", "recipe"), "optimizer": ("optimizer",)}
 
 
 def _compare(got, want: dict, what: str, n: int) -> None:
@@ -59,30 +213,75 @@ def _compare(got, want: dict, what: str, n: int) -> None:
     missing = set(want) - set(got)
     if missing:
         raise CheckFailed(f"{what}: the dict lacks {sorted(missing)} (keys: params, grads, optimizer)")
+    extra = [k for k in got if k not in want]
+    if extra:
+        raise CheckFailed(f"{what}: the dict has extra keys {extra}: it should hold exactly 'params', 'grads' and "
+                          f"'optimizer', so that sum(state_bytes(...).values()) is the total")
     for key in want:
-        if got[key] != want[key]:
+        if isinstance(got[key], bool) or not isinstance(got[key], numbers.Real) or got[key] != want[key]:
             per = f" ({got[key] / n:g} bytes per parameter, expected {want[key] / n:g})" if n and isinstance(
-                got[key], (int, float)) else ""
+                got[key], (int, float)) and not isinstance(got[key], bool) else ""
             raise CheckFailed(f"{what}[{key!r}]: expected {want[key]:,} bytes, got {got[key]!r}{per}")
+    for key in want:
+        if not isinstance(got[key], numbers.Integral):
+            raise CheckFailed(f"{what}[{key!r}] is a {type(got[key]).__name__} ({got[key]!r}): a count of bytes is a "
+                              f"whole number, return an int (integer arithmetic: //, math.ceil)")
+
+
+def _expect_named_value_error(state_bytes, case: InvalidCase) -> None:
+    """state_bytes(1000, precision, optimizer) must raise ValueError whose message names the bad argument."""
+    what = f"state_bytes(1000, {case.precision!r}, {case.optimizer!r})"
+    why = (f"{case.precision!r} is not one of the recipes {PRECISIONS} (the names are case-sensitive)"
+           if case.bad == "precision" else
+           f"{case.optimizer!r} is not one of the optimizers {OPTIMIZERS} (the names are case-sensitive)")
+    try:
+        state_bytes(1000, case.precision, case.optimizer)
+    except ValueError as exc:
+        names = ARGUMENT_NAMES[case.bad]
+        if not any(name in str(exc).lower() for name in names):
+            raise CheckFailed(f"{what} raised ValueError({str(exc)!r}): {why}, and the message should name the bad "
+                              f"argument, {case.bad!r}") from None
+        return
+    except NotImplementedError:
+        call_learner(state_bytes, 1000, case.precision, case.optimizer)  # reports the stub
+    except (CheckFailed, CheckSkipped):
+        raise
+    except Exception as exc:
+        raise CheckFailed(f"{what} raised {type(exc).__name__}: {why}; raise ValueError naming the bad argument, "
+                          f"{case.bad!r}") from None
+    raise CheckFailed(f"{what} returned a value: {why}; raise ValueError naming the bad argument, {case.bad!r}")
 
 
 def check_state_bytes(state_bytes, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    reference, precisions, optimizers = reference_state_bytes()
-    n8b = true_param_count(LLAMA_3_1_8B)
-    plan = []
-    if visible:
-        plan += [(1000, "amp", "adamw"), (n8b, "mixed", "adamw"), (12_345, "bf16", "sgd")]
-    if hidden:
-        plan += [(n, p, o) for n in (1, 255, 257, n8b) for p in precisions for o in optimizers]
-    for n, precision, optimizer in plan:
-        what = f"state_bytes({n:,}, {precision!r}, {optimizer!r})"
-        _compare(call_learner(state_bytes, n, precision, optimizer, what=what), reference(n, precision, optimizer),
-                 what, n)
-    bad = [("fp8", "adamw"), ("amp", "adam9")] if hidden else [("fp8", "adamw")]
-    for precision, optimizer in bad:
-        expect_value_error(state_bytes, 1000, precision, optimizer, what=f"state_bytes(1000, {precision!r}, "
-                           f"{optimizer!r})", why="for an unknown precision or optimizer")
+    for case in _plan(BYTES_CASES, cases):
+        what = case.what()
+        want = reference.state_bytes(case.n, case.precision, case.optimizer)
+        args, kwargs = case.arguments()
+        _compare(call_learner(state_bytes, *args, what=what, **kwargs), want, what, case.n)
+    for case in _plan(INVALID_CASES, cases):
+        _expect_named_value_error(state_bytes, case)
+
+
+# ---------------------------------------------------------------------------- state_bytes_measured
+
+@dataclass(frozen=True)
+class MeasuredCase:
+    config: str  # a key of COURSE_CONFIGS
+    precision: str
+    optimizer: str
+    hidden: bool
+
+    def axes(self) -> dict:
+        cfg = COURSE_CONFIGS[self.config]
+        return {"precision": self.precision, "optimizer": self.optimizer, "tied_head": cfg.tie_embeddings,
+                "attention": _attention(cfg)}
+
+
+TRAINED_PRECISIONS, TRAINED_OPTIMIZERS = ("fp32", "amp", "bf16"), ("adamw", "sgd")
+MEASURED_CASES = ([MeasuredCase("tiny", "fp32", "adamw", False), MeasuredCase("tiny", "amp", "adamw", False),
+                   MeasuredCase("tiny-mha", "bf16", "sgd", False)]
+                  + [MeasuredCase(name, p, o, True) for name in ("tiny", "tiny-mha") for p in TRAINED_PRECISIONS
+                     for o in TRAINED_OPTIMIZERS])
 
 
 def measured_state_bytes(cfg: GPTConfig, precision: str, optimizer: str) -> dict:
@@ -100,18 +299,36 @@ def measured_state_bytes(cfg: GPTConfig, precision: str, optimizer: str) -> dict
 
 
 def check_state_bytes_measured(state_bytes, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    plan = []
-    if visible:
-        plan += [("tiny", "fp32", "adamw"), ("tiny", "amp", "adamw")]
-    if hidden:
-        plan += [(name, p, o) for name in ("tiny", "tiny-mha") for p in ("fp32", "amp", "bf16") for o in ("adamw", "sgd")]
-    for name, precision, optimizer in plan:
+    plan = [(c.config, c.precision, c.optimizer) for c in _plan(MEASURED_CASES, cases)]
+    for name, precision, optimizer in dict.fromkeys(plan):  # a case both visible and hidden runs once
         cfg = COURSE_CONFIGS[name]
         n = true_param_count(cfg)
         what = f"state_bytes({n:,}, {precision!r}, {optimizer!r}) for {cfg.name} trained on the CPU"
         _compare(call_learner(state_bytes, n, precision, optimizer, what=what),
                  measured_state_bytes(cfg, precision, optimizer), what + " (measured)", n)
+
+
+# ------------------------------------------------------------------------------------------- axes
+
+AXES = {
+    "count_params": {"attention": ("MHA", "GQA", "MQA"), "tied_head": (False, True), "ffn_hidden": ("3.5 h", "other"),
+                     "n_layers": ("1", "several"), "count": ("<= int32", "> int32")},
+    "state_bytes": {"precision": PRECISIONS, "optimizer": OPTIMIZERS,
+                    "n_vs_block": ("1", "below one block", "whole blocks", "a partial last block"),
+                    "magnitude": ("<= int32", "> int32"), "call": CALLS,
+                    "invalid": ("precision", "optimizer"), "invalid_name": ("unknown", "other case", "near miss")},
+    "state_bytes_measured": {"precision": TRAINED_PRECISIONS, "optimizer": TRAINED_OPTIMIZERS,
+                             "tied_head": (False, True), "attention": ("MHA", "GQA")},
+}
+
+_RECORDS = {"count_params": (COUNT_CASES,), "state_bytes": (BYTES_CASES, INVALID_CASES),
+            "state_bytes_measured": (MEASURED_CASES,)}
+
+
+def case_axes(check: str, cases: str) -> list[dict]:
+    """The cases `check` runs under `cases` ("visible" or "hidden"), each as {axis: value}: read from the same
+    records the check iterates over."""
+    return [record.axes() for records in _RECORDS[check] for record in _plan(records, cases)]
 
 
 CHECKS = [

@@ -63,3 +63,42 @@ def state_bytes_accepts_anything(n, precision="amp", optimizer="adamw"):
         return reference_bytes(n, precision, optimizer)
     except ValueError:
         return reference_bytes(n, "amp", "adamw")
+
+
+# Issue 24: the families a blind tester's set slipped through (a validation message naming the wrong argument,
+# case-insensitive names, an extra key, float bytes) and a count wrapped to int32.
+def count_params_int32(cfg):  # the count computed in a 32-bit integer: wraps above 2**31 - 1
+    return (reference_count(cfg) + 2**31) % 2**32 - 2**31
+
+
+def state_bytes_message_without_argument(n, precision="amp", optimizer="adamw"):  # "unknown 'adam9'": which one?
+    try:
+        return reference_bytes(n, precision, optimizer)
+    except ValueError:
+        raise ValueError(f"unknown value: {precision!r} / {optimizer!r}") from None
+
+
+def state_bytes_case_insensitive(n, precision="amp", optimizer="adamw"):  # "AMP" taken for "amp"
+    return reference_bytes(n, precision.lower(), optimizer.lower())
+
+
+def state_bytes_with_total(n, precision="amp", optimizer="adamw"):  # a fourth key: sum(values()) doubles
+    out = reference_bytes(n, precision, optimizer)
+    return {**out, "total": sum(out.values())}
+
+
+def state_bytes_float_bytes(n, precision="amp", optimizer="adamw"):  # right values, as floats (true division)
+    return {key: value / 1 for key, value in reference_bytes(n, precision, optimizer).items()}
+
+
+def state_bytes_by_table(n_params, precision="amp", optimizer="adamw"):  # right: a table, "recipe" in the message
+    weights = {"fp32": (4, 4, 0, 4), "amp": (4, 4, 0, 4), "mixed": (2, 2, 4, 4), "mixed_fp32_grads": (2, 6, 4, 4),
+               "bf16": (2, 2, 0, 2)}  # weight, gradient, master, one optimizer-state value
+    if precision not in weights:
+        raise ValueError(f"unknown recipe {precision!r}")
+    if optimizer not in ("adamw", "sgd", "adamw8bit"):
+        raise ValueError(f"unknown optimizer {optimizer!r}")
+    weight, grad, master, state = weights[precision]
+    states = {"adamw": 2 * state * n_params, "sgd": state * n_params,
+              "adamw8bit": 2 * (n_params + 4 * (-(-n_params // 256)))}[optimizer]
+    return {"params": weight * n_params, "grads": grad * n_params, "optimizer": master * n_params + states}

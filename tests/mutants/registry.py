@@ -61,12 +61,14 @@ REGISTRY: dict[str, dict[str, dict[str, list]]] = {
     },
     "01_model_states": {
         "count_params": {"wrong": ["count_params_always_untied", "count_params_ignores_gqa",
-                                   "count_params_forgets_norms", "count_params_rule_of_thumb"],
+                                   "count_params_forgets_norms", "count_params_rule_of_thumb", "count_params_int32"],
                          "right": ["count_params_by_building"]},
         "state_bytes": {"wrong": ["state_bytes_amp_in_half", "state_bytes_no_master", "state_bytes_fp32_grads_replace",
-                                  "state_bytes_8bit_without_scales", "state_bytes_accepts_anything"],
-                        "right": []},
-        "state_bytes_measured": {"wrong": ["state_bytes_amp_in_half"], "right": []},
+                                  "state_bytes_8bit_without_scales", "state_bytes_accepts_anything",
+                                  "state_bytes_message_without_argument", "state_bytes_case_insensitive",
+                                  "state_bytes_with_total", "state_bytes_float_bytes"],
+                        "right": ["state_bytes_by_table"]},
+        "state_bytes_measured": {"wrong": ["state_bytes_amp_in_half"], "right": ["state_bytes_by_table"]},
     },
     "02_activations": {
         "activation_bytes": {"wrong": ["activations_without_lse", "activations_mha_as_gqa",

@@ -570,7 +570,11 @@ def _flash_backward_core(do, q, k, v, o, lse, causal, *, bug=B_OK, mode="ok", ti
     else:
         delta = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
         cfg_d, _ = flash_config("flash_dq", d)
-        _flash_delta_kernel_b[(triton.cdiv(n, cfg_d["BLOCK_M"]), b * h)](
+        rows_per_program = cfg_d["BLOCK_M"]
+        if mode == "delta_grid":  # grid from the dK/dV key block, program size from its query block
+            cfg_d, _ = flash_config("flash_dkdv", d)
+            rows_per_program = cfg_d["BLOCK_N"]
+        _flash_delta_kernel_b[(triton.cdiv(n, rows_per_program), b * h)](
             o, do, delta, n, d, BLOCK_M=cfg_d["BLOCK_M"], BLOCK_D=BLOCK_D, BUG=bug)
     cfg, opts = flash_config("flash_dkdv", d)
     if tiles is not None:
@@ -623,6 +627,11 @@ def flash_attention_backward_delta_half(do, q, k, v, o, lse, causal: bool = Fals
     return _flash_backward_core(do, q, k, v, o, lse, causal, bug=B_DELTA_HALF)
 
 
+def flash_attention_backward_delta_grid(do, q, k, v, o, lse, causal: bool = False):
+    """WRONG: delta's grid counted in dK/dV key blocks (BLOCK_N) while each program covers BLOCK_M rows: rows missed."""
+    return _flash_backward_core(do, q, k, v, o, lse, causal, mode="delta_grid")
+
+
 def flash_attention_backward_do_as_is(do, q, k, v, o, lse, causal: bool = False):
     """WRONG: heads_contiguous on q, k, v, o but not on dO: a transposed dO is read as if contiguous."""
     return _flash_backward_core(do, q, k, v, o, lse, causal, mode="do_as_is")
@@ -641,14 +650,12 @@ def flash_attention_backward_torch_delta(do, q, k, v, o, lse, causal: bool = Fal
 # =============================================================================================
 # Section 6: the differentiable op (given glue, rebuilt around each forward/backward variant)
 # =============================================================================================
-def _make_function(forward, backward, save_contiguous=False):
+def _make_function(forward, backward, save_o_fp32=False):
     class _Flash(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, causal):
-            if save_contiguous:
-                q, k, v = heads_contiguous(q, k, v)
             o, lse = forward(q, k, v, causal)
-            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.save_for_backward(q, k, v, o.float() if save_o_fp32 else o, lse)
             ctx.causal = causal
             return o
 
@@ -663,7 +670,7 @@ def _make_function(forward, backward, save_contiguous=False):
 
 _FlashOk = _make_function(flash_attention_forward_ok, flash_attention_backward_ok)
 _FlashAlt = _make_function(flash_attention_forward_big_tiles, flash_attention_backward_square_tiles)
-_FlashSaveContig = _make_function(flash_attention_forward_ok, flash_attention_backward_ok, save_contiguous=True)
+_FlashSaveOFp32 = _make_function(flash_attention_forward_ok, flash_attention_backward_ok, save_o_fp32=True)
 _FlashTorchDelta = _make_function(flash_attention_forward_ok, flash_attention_backward_torch_delta)
 _FlashDoAsIs = _make_function(flash_attention_forward_ok, flash_attention_backward_do_as_is)
 _FlashCloneInputs = _make_function(flash_attention_forward_clone_inputs, flash_attention_backward_ok)
@@ -680,10 +687,10 @@ def flash_attention_alt_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _FlashAlt.apply(q, k, v, causal)
 
 
-def flash_attention_save_contiguous(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                    causal: bool = False) -> torch.Tensor:
-    """WRONG (memory): forward saves contiguous copies of q, k, v (transposed inputs: 3 extra tensors kept)."""
-    return _FlashSaveContig.apply(q, k, v, causal)
+def flash_attention_save_o_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               causal: bool = False) -> torch.Tensor:
+    """WRONG (memory): forward saves o.float() "for an fp32 delta": an extra fp32 copy of o for fp16 inputs."""
+    return _FlashSaveOFp32.apply(q, k, v, causal)
 
 
 def flash_attention_torch_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -768,11 +775,11 @@ BLIND = {
     "flash_backward": {
         "wrong": ["flash_attention_backward_no_dk_scale", "flash_attention_backward_diag_one_qblock",
                   "flash_attention_backward_dv_before_mask", "flash_attention_backward_delta_half",
-                  "flash_attention_backward_do_as_is", "flash_attention_backward_strided_out"],
+                  "flash_attention_backward_delta_grid", "flash_attention_backward_do_as_is", "flash_attention_backward_strided_out"],
         "right": ["flash_attention_backward_one_loop", "flash_attention_backward_square_tiles"],
     },
     "flash_attention_memory": {
-        "wrong": ["flash_attention_save_contiguous", "flash_attention_torch_delta", "flash_attention_do_as_is",
+        "wrong": ["flash_attention_save_o_fp32", "flash_attention_torch_delta", "flash_attention_do_as_is",
                   "flash_attention_clone_inputs", "flash_attention_no_dk_scale", "flash_attention_torch_backward"],
         "right": ["flash_attention_alt_tiles"],
     },
@@ -810,11 +817,12 @@ WHY = {
                                                 "key block ('a key block is a multiple of the query block')",
     "flash_attention_backward_dv_before_mask": "dV += P^T dO before P^T is masked: 'mask P^T in masked blocks'",
     "flash_attention_backward_delta_half": "Delta summed/stored through fp16: 'Delta = rowsum(dO * O), fp32'",
+    "flash_attention_backward_delta_grid": "delta kernel launched over cdiv(n, dkdv BLOCK_N) programs of dkdv BLOCK_M "
+                                           "rows: 'one value per row' left uninitialised for some rows (mixing tiles)",
     "flash_attention_backward_do_as_is": "heads_contiguous skipped for dO: kernels address contiguous (B*H, N, d) rows",
     "flash_attention_backward_strided_out": "dq/dk/dv = empty_like(transposed input) while kernels write contiguous rows",
-    "flash_attention_backward_torch_delta": "Delta in PyTorch via fp32 copies instead of flash_delta_kernel (memory)",
-    "flash_attention_save_contiguous": "forward saves contiguous copies of transposed q, k, v instead of the inputs: "
-                                       "'Forward saves q, k, v (the layer's inputs...)' (memory)",
+    "flash_attention_save_o_fp32": "forward saves o.float() beside the returned o (fp16 inputs: an fp32 copy kept "
+                                   "to backward): 'Forward saves q, k, v ..., o and the logsumexp' (memory)",
     "flash_attention_torch_delta": "Delta in PyTorch via fp32 copies of dO and O: budget is o, lse, Delta, dQ, dK, dV",
     "flash_attention_do_as_is": "dO not made contiguous: wrong gradients in the transposed (B, N, H, d) layout",
     "flash_attention_clone_inputs": "forward clones q, k, v each call: extra memory beyond the budget",

@@ -204,10 +204,15 @@ def _rms_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, stride, n_cols, eps, BLOCK: t
         ms = ss / n_cols
     if MODE == 2:
         r = 1.0 / (tl.sqrt(ms) + eps)
+    elif MODE == 5:
+        r = tl.rsqrt(ms + eps)
     else:
         r = 1.0 / tl.sqrt(ms + eps)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    y = x.to(tl.float32) * r * w
+    if MODE == 5:
+        y = x.to(tl.float32) * (w * r)
+    else:
+        y = x.to(tl.float32) * r * w
     tl.store(y_ptr + row * n_cols + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
     tl.store(rstd_ptr + row, r.to(rstd_ptr.dtype.element_ty))
 
@@ -232,6 +237,11 @@ def _rms_fwd(x, weight, eps, mode=0, rstd_dtype=torch.float32, contiguous=True):
 def rmsnorm_forward_reference_like(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5):
     """My own correct forward."""
     return _rms_fwd(x, weight, eps)
+
+
+def rmsnorm_forward_rsqrt_scaled_weight(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5):
+    """RIGHT: tl.rsqrt, and the weight scaled by r once (x * (w * r)) instead of (x * r) * w."""
+    return _rms_fwd(x, weight, eps, mode=5)
 
 
 def rmsnorm_forward_mean_over_block(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5):
@@ -687,7 +697,7 @@ BLIND = {
         "wrong": ["rmsnorm_forward_mean_over_block", "rmsnorm_forward_eps_outside_sqrt",
                   "rmsnorm_forward_ignores_stride", "rmsnorm_forward_half_sum", "rmsnorm_forward_rstd_xdtype",
                   "rmsnorm_forward_rstd_leading_shape"],
-        "right": [],
+        "right": ["rmsnorm_forward_rsqrt_scaled_weight"],
     },
     "rmsnorm_backward": {
         "wrong": [
@@ -697,7 +707,8 @@ BLIND = {
             {"rmsnorm_forward": "ref", "rmsnorm_backward": "rmsnorm_backward_dw_fp32"},
             {"rmsnorm_forward": "rmsnorm_forward_mean_over_block", "rmsnorm_backward": "ref"},
         ],
-        "right": [{"rmsnorm_forward": "ref", "rmsnorm_backward": "rmsnorm_backward_no_busy_programs"}],
+        "right": [{"rmsnorm_forward": "ref", "rmsnorm_backward": "rmsnorm_backward_no_busy_programs"},
+                  {"rmsnorm_forward": "rmsnorm_forward_rsqrt_scaled_weight", "rmsnorm_backward": "ref"}],
     },
     "swiglu": {
         "wrong": [

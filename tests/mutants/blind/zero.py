@@ -74,15 +74,15 @@ def shard_bounds_float_ceil(numel: int, world_size: int, rank: int) -> tuple[int
     return rank * shard, (rank + 1) * shard
 
 
-def shard_bounds_empty_is_one(numel: int, world_size: int, rank: int) -> tuple[int, int]:
-    """WRONG: ceil written as (numel - 1) // N + 1: gives a 1-element shard for numel = 0."""
+def shard_bounds_min_one(numel: int, world_size: int, rank: int) -> tuple[int, int]:
+    """WRONG: a shard is made at least one element long: numel = 0 gives 1-element shards."""
     if world_size < 1:
         raise ValueError("world_size")
     if not 0 <= rank < world_size:
         raise ValueError("rank")
     if numel < 0:
         raise ValueError("numel")
-    shard = (numel - 1) // world_size + 1
+    shard = max(1, -(-numel // world_size))
     return rank * shard, (rank + 1) * shard
 
 
@@ -486,6 +486,30 @@ class ZeroAdamW_stage0_unpadded_grads(ZeroAdamW_views):
         if self.padded == self.numel:
             return self.grads
         return torch.cat([self.grads, self.grads.new_zeros(self.padded - self.numel)])
+
+
+class ZeroAdamW_fp32_grad_buffer(ZeroAdamW_views):
+    """WRONG: the gradient buffer (full or shard) is always fp32 'for accuracy', even under bf16/fp16."""
+
+    def __init__(self, params, comm, stage, **kw):
+        super().__init__(params, comm, stage, **kw)
+        self.grads = torch.zeros(self.grads.numel(), dtype=torch.float32, device=self.device)
+
+    def _reduce(self, grad):
+        n, g = self.comm.world_size, grad.reshape(-1).float()
+        if self.stage <= 1:
+            self.grads[:self.numel].copy_(g)
+            if self.stage == 0:
+                self.comm.all_reduce(self.grads)
+                return self.grads.div_(n)
+            out = torch.empty(self.shard, dtype=torch.float32, device=self.device)
+            self.comm.reduce_scatter(out, self.grads)
+            return out.div_(n)
+        full = torch.zeros(self.padded, dtype=torch.float32, device=self.device)
+        full[:self.numel].copy_(g)
+        self.comm.reduce_scatter(self.grads, full)
+        del full
+        return self.grads.div_(n)
 
 
 # ================================================================================ zero_bytes_per_rank
@@ -1002,7 +1026,7 @@ def _gloo(opt="ref", zb="ref"):
 BLIND = {
     "shard_bounds": {
         "wrong": ["shard_bounds_floor", "shard_bounds_clipped_stop", "shard_bounds_float_ceil",
-                  "shard_bounds_empty_is_one", "shard_bounds_rank_off_by_one", "shard_bounds_no_numel_check",
+                  "shard_bounds_min_one", "shard_bounds_rank_off_by_one", "shard_bounds_no_numel_check",
                   "shard_bounds_zero_world"],
         "right": ["shard_bounds_ceil_div", "shard_bounds_divmod"],
     },
@@ -1015,7 +1039,7 @@ BLIND = {
     "zero_memory": {
         "wrong": ["ZeroAdamW_fp32_second_master", "ZeroAdamW_stage2_keeps_full_grad", "ZeroAdamW_keeps_last_grad",
                   "ZeroAdamW_mixed_master_unlisted", "ZeroAdamW_lists_step_count",
-                  "ZeroAdamW_stage0_unpadded_grads"],
+                  "ZeroAdamW_stage0_unpadded_grads", "ZeroAdamW_fp32_grad_buffer"],
         "right": ["ZeroAdamW_views", "ZeroAdamW_lazy_separate_paths"],
     },
     "zero_bytes_per_rank": {
@@ -1055,7 +1079,7 @@ WHY = {
     "shard_bounds_floor": "floor(numel/N) shards: the text says each shard has ceil(Ψ/N) elements, padded",
     "shard_bounds_clipped_stop": "stop clipped to numel: the text says stop may run past numel (equal shards)",
     "shard_bounds_float_ceil": "math.ceil(numel / N) through a float: wrong for numel above 2**53",
-    "shard_bounds_empty_is_one": "(numel-1)//N+1 as ceil: numel=0 gives 1-element shards instead of empty ones",
+    "shard_bounds_min_one": "shards forced to at least 1 element: numel=0 must give empty shards [0, 0)",
     "shard_bounds_rank_off_by_one": "rank == world_size accepted: the text says a rank outside 0..N-1 raises",
     "shard_bounds_no_numel_check": "negative numel not rejected: the text says it must raise ValueError",
     "shard_bounds_zero_world": "tests world_size < 0, so world_size 0 raises ZeroDivisionError, not ValueError",
@@ -1080,6 +1104,8 @@ WHY = {
     "ZeroAdamW_lists_step_count": "buffers() lists AdamW's scalar step tensor: text says not its step count",
     "ZeroAdamW_stage0_unpadded_grads": "stage 0 keeps an unpadded Ψ gradient buffer: the table says full padded "
                                        "vector (differs only when N does not divide Ψ)",
+    "ZeroAdamW_fp32_grad_buffer": "gradient buffer kept in fp32 under bf16/fp16: the table says gradients in "
+                                  "param_dtype",
     "zero_bytes_per_rank_unpadded_full": "full buffers counted at Ψ, not the padded length the text asks for",
     "zero_bytes_per_rank_floor_shard": "Ψ/N rounded down; text: rounded up to whole shards",
     "zero_bytes_per_rank_ceil_bytes": "rounds K·Ψ/N bytes up instead of K·ceil(Ψ/N): whole shards, not bytes",
