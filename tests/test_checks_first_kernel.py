@@ -32,7 +32,7 @@ def test_bytes_of_alternative_passes():
 
 
 @pytest.mark.parametrize("wrong, message", [
-    (mutants.scaled_add_no_store_mask, "past the end of out"),
+    (mutants.scaled_add_no_store_mask, "past the end of an output"),
     (mutants.scaled_add_grid_floor, "never written"),
     (mutants.scaled_add_alpha_on_x, "exceeds the tolerance"),
     (mutants.scaled_add_ignores_out, "must write into it"),

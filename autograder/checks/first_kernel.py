@@ -1,113 +1,456 @@
-"""Checks of lesson 00 (solutions/00_first_kernel.ipynb): bytes of a tensor; a masked Triton kernel."""
+"""Checks of lesson 00 (solutions/00_first_kernel.ipynb): bytes of a tensor; a masked Triton kernel.
+
+Each check iterates over a plan of case records (BYTES_CASES, ADD_CASES, INVALID_CASES, MEMORY_CASES, GPU_CASES);
+AXES lists what the exercises' text lets vary and case_axes reads the same records. No exercise of this lesson
+calls another (scaled_add launches its own kernel; it never needs bytes_of), so none is graded through a
+reference of another.
+"""
 from __future__ import annotations
 
+import contextlib
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 import memfit
-from autograder.checks import Check, KernelSpec, CheckFailed, call_learner, check_cases, skip
-from autograder.checks.numerics import (GUARD_ELEMENTS, assert_close_by_rule, expect_like,
-                                        expect_no_torch_arithmetic)
-from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
+from autograder.checks import Check, KernelSpec, CheckFailed, CheckSkipped, call_learner, check_cases, skip
+from autograder.checks.numerics import (_spans, assert_close_by_rule, call_pure, check_guards, dtype_name,
+                                        expect_like, expect_no_torch_arithmetic, guarded_allocations, guarded_empty,
+                                        overlaps)
+from memfit.meter import LIVE_TENSORS, LiveTensorMeter, format_bytes, measure_peak
+
+
+def _plan(records: dict, cases: str) -> list:
+    visible, hidden = check_cases(cases)
+    return (records["visible"] if visible else []) + (records["hidden"] if hidden else [])
+
 
 # ----------------------------------------------------------------------------------- bytes_of
+
+BYTES_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int64, torch.bool,
+                torch.complex64)
+# bytes_of may create a 0-d tensor to ask its element size (the hint), nothing as large as the tensor itself.
+BYTES_OF_ALLOWED = 16
+
+
+@dataclass(frozen=True)
+class BytesCase:
+    shape: tuple
+    dtype: torch.dtype
+    as_size: bool = False  # the shape passed as a torch.Size (what x.shape gives), else a tuple
+
+    def size(self) -> str:
+        nbytes = math.prod(self.shape) * self.dtype.itemsize
+        if not self.shape:
+            return "empty shape ()"
+        if 0 in self.shape:
+            return "a zero dimension"
+        return "over 2**31 bytes" if nbytes >= 2 ** 31 else "ordinary"
+
+    def axes(self) -> dict:
+        return {"rank": len(self.shape), "dtype": dtype_name(self.dtype), "size": self.size(),
+                "shape_type": "torch.Size" if self.as_size else "tuple"}
+
+
+BYTES_CASES = {
+    "visible": [BytesCase((4096, 4096), torch.float32), BytesCase((3, 5), torch.float16, as_size=True),
+                BytesCase((), torch.bfloat16), BytesCase((2, 0, 3), torch.float64), BytesCase((5,), torch.int8),
+                BytesCase((2, 3, 4), torch.int64, as_size=True), BytesCase((10,), torch.bool),
+                BytesCase((65536, 32768), torch.bfloat16), BytesCase((4, 4), torch.complex64)],
+    "hidden": [BytesCase((128256, 4096), torch.bfloat16), BytesCase((), torch.float16), BytesCase((3, 0, 5), torch.bfloat16),
+               BytesCase((7,), torch.int8), BytesCase((2, 3), torch.float64, as_size=True),
+               BytesCase((1000,), torch.bool), BytesCase((8, 8), torch.int64), BytesCase((3, 7), torch.complex64),
+               BytesCase((0,), torch.float32), BytesCase((1, 1, 1), torch.float16, as_size=True),
+               BytesCase((131072, 8192), torch.float32, as_size=True)],
+}
+
 
 def _true_bytes(shape, dtype) -> int:
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
 
 
-BYTES_VISIBLE = [((4096, 4096), torch.float32), ((3, 5), torch.float16)]
-BYTES_HIDDEN = [((), torch.float16), ((3, 0, 5), torch.bfloat16), ((128256, 4096), torch.bfloat16),
-                ((7,), torch.int8), ((2, 3), torch.float64), ((1000,), torch.bool), ((8, 8), torch.int64)]
-
-
 def check_bytes_of(bytes_of, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    for shape, dtype in (BYTES_VISIBLE if visible else []) + (BYTES_HIDDEN if hidden else []):
-        got = call_learner(bytes_of, shape, dtype, what=f"bytes_of({shape}, {dtype})")
-        want = _true_bytes(shape, dtype)
+    for case in _plan(BYTES_CASES, cases):
+        shape = torch.Size(case.shape) if case.as_size else tuple(case.shape)
+        what = f"bytes_of({shape}, {case.dtype})"
+        with LiveTensorMeter() as meter:  # counts tensors created by the call, on any device (meta excluded)
+            got = call_learner(bytes_of, shape, case.dtype, what=what)
+        if meter.peak > BYTES_OF_ALLOWED:
+            raise CheckFailed(f"{what} allocated {format_bytes(meter.peak)} to answer: compute the bytes from the "
+                              "shape and the element size without allocating the tensor")
+        want = _true_bytes(case.shape, case.dtype)
         if not isinstance(got, int) or isinstance(got, bool):
-            raise CheckFailed(f"bytes_of({shape}, {dtype}) should return an int, got {type(got).__name__} {got!r}")
+            raise CheckFailed(f"{what} should return an int, got {type(got).__name__} {got!r}")
         if got != want:
-            raise CheckFailed(f"bytes_of({shape}, {dtype}): expected {want:,} bytes, got {got:,}")
+            raise CheckFailed(f"{what}: expected {want:,} bytes, got {got:,}")
 
 
 # --------------------------------------------------------------------------------- scaled_add
 
-def _inputs(n: int, dtype: torch.dtype, device, seed: int):
+OPERANDS = ("separate tensors", "views into one buffer", "the same tensor", "strides differ on a size-1 dim")
+ALPHAS = ("zero", "positive", "negative")
+MAGNITUDES = {"unit": 1.0, "large": 1000.0}
+BLOCK_FIT = ("one element", "less than a block", "whole blocks", "a partial last block")
+
+
+def _block() -> int:
+    return memfit.config("scaled_add")["BLOCK"]
+
+
+def _block_fit(numel: int) -> str:
+    block = _block()
+    if numel == 1:
+        return "one element"
+    if numel < block:
+        return "less than a block"
+    return "whole blocks" if numel % block == 0 else "a partial last block"
+
+
+@dataclass(frozen=True)
+class AddCase:
+    """One numerics case: scaled_add(x, y, alpha) into a guarded out=, then with out=None."""
+    shape: tuple
+    dtype_index: int  # into memfit.profile().dtypes (modulo their number): every dtype the machine grades
+    alpha: str  # ALPHAS
+    operands: str  # OPERANDS
+    magnitude: str = "unit"  # MAGNITUDES
+
+    def dtype(self) -> torch.dtype:
+        dtypes = memfit.profile().dtypes
+        return dtypes[self.dtype_index % len(dtypes)]
+
+    def axes(self, again: bool) -> dict:
+        return {"rank": len(self.shape), "block_fit": _block_fit(math.prod(self.shape)), "dtype": dtype_name(self.dtype()),
+                "alpha": self.alpha, "operands": self.operands, "magnitude": self.magnitude,
+                "out": ("given", "None"), "arguments": "valid",
+                "call": "same shape and dtype again" if again else "first of its shape and dtype"}
+
+
+def _add_cases() -> dict:
+    b = _block()
+    return {
+        "visible": [AddCase((1,), 0, "positive", "separate tensors"),
+                    AddCase((), 1, "zero", "the same tensor"),
+                    AddCase((17,), 2, "negative", "views into one buffer", "large"),
+                    AddCase((2, b), 0, "positive", "separate tensors"),
+                    AddCase((b + 5, 1), 1, "negative", "strides differ on a size-1 dim"),
+                    AddCase((2, 3, b // 6 + 1), 2, "zero", "separate tensors", "large"),
+                    AddCase((17,), 2, "positive", "separate tensors")],
+        "hidden": [AddCase((1,), 1, "negative", "views into one buffer"),
+                   AddCase((), 2, "positive", "separate tensors", "large"),
+                   AddCase((b - 1,), 0, "zero", "separate tensors"),
+                   AddCase((4, b), 1, "negative", "the same tensor"),
+                   AddCase((3, 7, b // 5 + 3), 2, "positive", "separate tensors"),
+                   AddCase((4 * b + 1, 1), 0, "positive", "strides differ on a size-1 dim", "large"),
+                   AddCase((16 * b + 3,), 1, "negative", "separate tensors"),
+                   AddCase((b - 1,), 0, "negative", "views into one buffer", "large")],
+    }
+
+
+def _operands(case: AddCase, seed: int):
+    """x, y and alpha for a case; drawn on the CPU (the same numbers on every device), then moved."""
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, generator=gen).to(dtype=dtype, device=device)
-    y = torch.randn(n, generator=gen).to(dtype=dtype, device=device)
-    alpha = float(torch.empty(()).uniform_(-2, 2, generator=gen))
+    n, dtype, device = math.prod(case.shape), case.dtype(), memfit.DEVICE
+    scale = MAGNITUDES[case.magnitude]
+    draw = lambda *shape: (scale * torch.randn(*shape, generator=gen)).to(dtype=dtype, device=device)
+    if case.operands == "separate tensors":
+        x, y = draw(n).view(case.shape), draw(n).view(case.shape)
+    elif case.operands == "views into one buffer":  # two storage offsets into one storage
+        buffer = draw(2 * n + 3)
+        x, y = buffer[1:n + 1].view(case.shape), buffer[n + 3:].view(case.shape)
+    elif case.operands == "the same tensor":
+        x = draw(n).view(case.shape)
+        y = x
+    else:  # contiguous, but x's stride on its size-1 dim is not y's
+        rows, one = case.shape
+        x, y = draw(one, rows).t(), draw(rows, one)
+        assert x.is_contiguous() and x.stride() != y.stride()
+    magnitude = float(torch.empty(()).uniform_(0.25, 2.0, generator=gen))
+    alpha = {"zero": 0.0, "positive": magnitude, "negative": -magnitude}[case.alpha]
     return x, y, alpha
 
 
-def _check_one(scaled_add, n: int, dtype: torch.dtype, device, seed: int) -> None:
-    x, y, alpha = _inputs(n, dtype, device, seed)
-    what = f"scaled_add(x, y, alpha={alpha:.4f}) with n={n}, dtype={str(dtype).replace('torch.', '')}"
+@contextlib.contextmanager
+def _loads_in_bounds(what: str):
+    """In Triton's interpreter (a machine without a GPU), CheckFailed after the block when a kernel loaded an
+    element outside every tensor it was given (an unmasked load past the end of x or y). Such a lane is not read:
+    its mask is cleared, so the run goes on as a compiled kernel's would. A compiled kernel is not watched here."""
+    if not memfit.INTERPRETED:
+        yield
+        return
+    from triton.runtime import interpreter
+    builder, executor = interpreter.interpreter_builder, interpreter.GridExecutor
+    launch, load = executor.__call__, builder.create_masked_load
+    spans: list[tuple[int, int]] = []
+    strays = [0]
+
+    def watched_launch(self, *args, **kwargs):
+        spans[:] = [_spans(a) for a in list(args) + list(kwargs.values())
+                    if isinstance(a, torch.Tensor) and a.numel() > 0]
+        return launch(self, *args, **kwargs)
+
+    def watched_load(ptrs, mask, other, *rest):
+        addresses = ptrs.data.astype(np.uint64)
+        inside = np.zeros(addresses.shape, dtype=bool)
+        for lo, hi in spans:
+            inside |= (addresses >= np.uint64(lo)) & (addresses < np.uint64(hi))
+        live = np.broadcast_to(mask.data, addresses.shape)
+        outside = live & ~inside
+        if outside.any():
+            strays[0] += int(outside.sum())
+            mask = interpreter.TensorHandle(live & inside, mask.dtype)
+        return load(ptrs, mask, other, *rest)
+
+    own = vars(builder).get("create_masked_load")
+    executor.__call__, builder.create_masked_load = watched_launch, watched_load
+    try:
+        yield
+    finally:
+        executor.__call__ = launch
+        if own is None:
+            del builder.create_masked_load  # the instance attribute; the class's method shows again
+        else:
+            builder.create_masked_load = own
+    if strays[0]:
+        raise CheckFailed(f"{what}: your kernel loaded {strays[0]} elements outside the tensors it was given (out of "
+                          "bounds reads, past the end of x or y): mask the loads with offsets < n, as the store")
+
+
+def _describe(case_shape, dtype, alpha: float, operands: str = "separate tensors") -> str:
+    how = {"separate tensors": "", "views into one buffer": " (x and y views into one buffer)",
+           "the same tensor": " (y is x)", "strides differ on a size-1 dim": " (x = a (1, n) tensor transposed)"}
+    return (f"scaled_add(x, y, alpha={alpha:.4f}) with x and y of shape {tuple(case_shape)}, {dtype_name(dtype)}"
+            + how[operands])
+
+
+def _check_one(scaled_add, x, y, alpha: float, what: str, earlier: dict | None = None) -> None:
+    """out= (a NaN-filled tensor with guard regions on both sides), then out=None (every tensor the learner
+    allocates guarded); inputs unchanged, the result a new tensor, nothing read or written out of bounds."""
     exact = x.double() + alpha * y.double()
     torch_same = x + alpha * y
-    # 1. out= a NaN-poisoned view into a larger buffer: every element written, nothing past the end.
-    #    First, so that a missing store mask is caught where its writes land in our guard.
-    pad = GUARD_ELEMENTS
-    buffer = torch.full((n + pad,), float("nan"), dtype=dtype, device=device)
-    out = buffer[:n]
-    got = call_learner(scaled_add, x, y, alpha, out=out, what=what + " and out=")
+    out = guarded_empty(tuple(x.shape), x.dtype, x.device)
+    with _loads_in_bounds(what + ", out="), guarded_allocations():
+        got = call_pure(scaled_add, x, y, alpha, out=out, what=what + ", out=", writable=("out",))
+    check_guards(out, what + ", out=")
     if got is not out:
         raise CheckFailed(f"{what}: with out= given, scaled_add must write into it and return it")
     assert_close_by_rule(out, exact, torch_same, what + " (into out=)")
-    spill = ~torch.isnan(buffer[n:])
-    if spill.any():
-        raise CheckFailed(f"{what}: wrote {int(spill.sum())} elements past the end of out (index {n} onward): "
-                          "mask the store with offsets < n")
-    # 2. out=None: a new tensor.
-    got = call_learner(scaled_add, x, y, alpha, what=what)
+    with _loads_in_bounds(what), guarded_allocations():
+        got = call_pure(scaled_add, x, y, alpha, what=what)
     assert_close_by_rule(got, exact, torch_same, what)
+    if earlier is None:
+        return
+    key = (tuple(x.shape), x.dtype)
+    if key in earlier:
+        before, values = earlier[key]
+        if overlaps(got, before) or not torch.equal(before.nan_to_num(), values.nan_to_num()):
+            raise CheckFailed(f"{what}: the result shares memory with the result of an earlier call of the same shape "
+                              "(this call overwrote it): allocate a new output on every call, keep none between calls")
+    earlier[key] = (got, got.clone())
+
+
+@dataclass(frozen=True)
+class InvalidCase:
+    """Arguments scaled_add must refuse with ValueError (the exercise: same shape, dtype, device; contiguous)."""
+    kind: str
+
+    def axes(self) -> dict:
+        return {"arguments": self.kind}
+
+
+INVALID_KINDS = ("shapes differ", "same numel, other shape", "dtypes differ", "x not contiguous", "y not contiguous",
+                 "out of another dtype", "out not contiguous") + (("devices differ",) if torch.cuda.is_available() else ())
+INVALID_CASES = {"visible": [InvalidCase(kind) for kind in INVALID_KINDS],
+                 "hidden": [InvalidCase(kind) for kind in INVALID_KINDS]}
+
+
+def _invalid_arguments(kind: str, seed: int):
+    """(x, y, out) for one kind of bad call; every tensor large enough that a kernel that runs anyway stays in bounds."""
+    gen = torch.Generator().manual_seed(seed)
+    device = memfit.DEVICE
+    dtypes = memfit.profile().dtypes
+    dtype = dtypes[seed % len(dtypes)]
+    draw = lambda *shape, dt=dtype: torch.randn(*shape, generator=gen).to(dtype=dt, device=device)
+    x, y, out = draw(4, 6), draw(4, 6), None
+    if kind == "shapes differ":
+        y = draw(4, 7)
+    elif kind == "same numel, other shape":
+        y = draw(6, 4)
+    elif kind == "dtypes differ":
+        y = draw(4, 6, dt=torch.float16 if dtype != torch.float16 else torch.float32)
+    elif kind == "x not contiguous":
+        x = draw(6, 4).t()
+    elif kind == "y not contiguous":
+        y = draw(4, 12)[:, ::2]
+    elif kind == "out of another dtype":
+        out = draw(4, 6, dt=torch.float16 if dtype != torch.float16 else torch.float32)
+    elif kind == "out not contiguous":
+        out = draw(4, 12)[:, ::2]
+    elif kind == "devices differ":
+        y = y.cpu()
+    else:
+        raise ValueError(f"unknown kind of invalid call {kind!r}")
+    return x, y, out
+
+
+def _check_refused(scaled_add, kind: str, seed: int) -> None:
+    x, y, out = _invalid_arguments(kind, seed)
+    what = (f"scaled_add(x, y, 0.5{'' if out is None else ', out=out'}) with {kind} (x: {tuple(x.shape)} "
+            f"{dtype_name(x.dtype)} on {x.device.type}, y: {tuple(y.shape)} {dtype_name(y.dtype)} on {y.device.type}"
+            + ("" if out is None else f", out: {tuple(out.shape)} {dtype_name(out.dtype)}") + ")")
+    kwargs = {} if out is None else {"out": out}
+    try:
+        scaled_add(x, y, 0.5, **kwargs)
+    except ValueError:
+        return
+    except NotImplementedError:
+        call_learner(scaled_add, x, y, 0.5, what=what, **kwargs)  # reports the stub
+    except (CheckFailed, CheckSkipped):
+        raise
+    except Exception as exc:
+        raise CheckFailed(f"{what} raised {type(exc).__name__}: check the inputs before launching and raise "
+                          f"ValueError when {kind}") from None
+    raise CheckFailed(f"{what} returned a value: check the inputs before launching and raise ValueError when {kind}")
 
 
 def check_scaled_add_numerics(scaled_add, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    device = memfit.DEVICE
-    plan = []
-    if visible:
-        plan += [(n, torch.float32) for n in (1, 17, 1000)]
-    if hidden:
-        large = memfit.size("first_kernel", memfit.hardware.profile_for("cpu"))["n_check_large"]
-        plan += [(n, dtype) for n in (1023, 1024, 1025, 4097, large) for dtype in memfit.profile().dtypes]
-    for seed, (n, dtype) in enumerate(plan):
-        _check_one(scaled_add, n, dtype, device, seed)
+    earlier: dict = {}
+    for seed, case in enumerate(_plan(_add_cases(), cases)):
+        x, y, alpha = _operands(case, seed)
+        _check_one(scaled_add, x, y, alpha, _describe(case.shape, case.dtype(), alpha, case.operands), earlier)
+    for seed, case in enumerate(_plan(INVALID_CASES, cases)):
+        _check_refused(scaled_add, case.kind, seed)
 
 
-def _memory_budget(out_bytes: int) -> int:
-    """One output tensor, with 5% for allocator rounding."""
-    return math.ceil(1.05 * out_bytes)
+# ------------------------------------------------------------------------------------- memory
+
+# A result the call returns is not kept memory, but the CUDA allocator rounds each block up to 512 bytes.
+KEPT_ALLOWED = 512
 
 
-def _check_memory(scaled_add, n: int, dtype: torch.dtype, device, meter=None) -> None:
-    x, y, alpha = _inputs(n, dtype, device, seed=1234)
-    what = f"scaled_add at n={n:,}, {str(dtype).replace('torch.', '')}"
-    out, report = measure_peak(lambda: call_learner(scaled_add, x, y, alpha, what=what), device=device, meter=meter)
-    expect_like(out, x, what)
-    out_bytes = out.numel() * out.element_size()
-    budget = _memory_budget(out_bytes)
+@dataclass(frozen=True)
+class MemoryCase:
+    shape: tuple
+    dtype_index: int
+    out: str  # "None" (scaled_add allocates its output) or "given"
+
+    def dtype(self) -> torch.dtype:
+        dtypes = memfit.profile().dtypes
+        return dtypes[self.dtype_index % len(dtypes)]
+
+    def axes(self) -> dict:
+        return {"dtype": dtype_name(self.dtype()), "out": self.out, "rank": len(self.shape),
+                "block_fit": _block_fit(math.prod(self.shape)), "kept": "after the call"}
+
+
+def _memory_cases() -> dict:
+    """Every graded dtype on both call paths, crossed between visible and hidden; sizes no numerics case uses
+    (a result cached by shape would hide in a size seen before)."""
+    dtypes = range(len(memfit.profile().dtypes))
+    visible_shapes = [(4097,), (3, 1367), (2, 2053)]
+    hidden_shapes = [(5, 2459), (12299,), (3, 4099)]
+    return {"visible": [MemoryCase(visible_shapes[i], i, ("None", "given")[i % 2]) for i in dtypes],
+            "hidden": [MemoryCase(hidden_shapes[i], i, ("given", "None")[i % 2]) for i in dtypes]}
+
+
+def _memory_budget(out_bytes: int, out_given: bool) -> int:
+    """The output (none with out= given, it exists already), with 5% of the output for allocator rounding."""
+    return math.ceil((0.05 if out_given else 1.05) * out_bytes)
+
+
+def _memory_call(case_shape, dtype: torch.dtype, out_given: bool, seed: int):
+    """(x, y, alpha, out, what) of one measured call."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(case_shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
+    y = torch.randn(case_shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
+    out = torch.empty_like(x) if out_given else None
+    what = (f"scaled_add at shape {tuple(case_shape)} ({math.prod(case_shape):,} elements), {dtype_name(dtype)}, "
+            + ("out= given" if out_given else "out=None"))
+    return x, y, 0.75, out, what
+
+
+def _measure(scaled_add, calls: list, meter=None, warmup: bool = True):
+    """measure_peak of the calls made one after the other (their results kept): (results, report)."""
+    def run():
+        return [call_learner(scaled_add, x, y, alpha, what=what, **({} if out is None else {"out": out}))
+                for x, y, alpha, out, what in calls]
+    return measure_peak(run, device=memfit.DEVICE, meter=meter, warmup=warmup)
+
+
+def _check_memory(scaled_add, group: list[tuple]) -> None:
+    """group: (shape, dtype, out_given) of calls measured together, as one function (one warm-up, one meter
+    run: the meter's fixed cost is paid once). Their budgets add up: each call with out=None may allocate its
+    output, one with out= given nothing. When the sum is exceeded, each call is measured alone to say which."""
+    calls = [_memory_call(shape, dtype, out_given, seed=1234 + i) for i, (shape, dtype, out_given) in enumerate(group)]
+    results, report = _measure(scaled_add, calls)
+    budget, outputs = 0, 0
+    for (x, _, _, out, what), got in zip(calls, results):
+        if out is not None and got is not out:
+            raise CheckFailed(f"{what}: with out= given, scaled_add must write into it and return it")
+        expect_like(got, x, what)
+        out_bytes = got.numel() * got.element_size()
+        budget += _memory_budget(out_bytes, out is not None)
+        outputs += 0 if out is not None else out_bytes
+    names = "; ".join(what for *_, what in calls)
     if report.peak_bytes > budget:
-        raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} ({report.meter}) exceeds "
-                          f"the budget {format_bytes(budget)} (the output, {format_bytes(out_bytes)}, + 5%): "
-                          "compute in one kernel without temporaries")
+        if len(calls) > 1:  # which call: each alone raises its own message
+            for one in group:
+                _check_memory(scaled_add, [one])
+        elif calls[0][3] is not None:
+            raise CheckFailed(f"{names}: peak extra memory {format_bytes(report.peak_bytes)} ({report.meter}) exceeds "
+                              f"the budget {format_bytes(budget)} (5% of the output's {format_bytes(out_bytes)}): "
+                              "out exists already, so compute straight into it and allocate nothing")
+        else:
+            raise CheckFailed(f"{names}: peak extra memory {format_bytes(report.peak_bytes)} ({report.meter}) exceeds "
+                              f"the budget {format_bytes(budget)} (the output, {format_bytes(outputs)}, + 5%): "
+                              "compute in one kernel without temporaries")
+        raise CheckFailed(f"{names}: peak extra memory {format_bytes(report.peak_bytes)} ({report.meter}) exceeds "
+                          f"the budget {format_bytes(budget)} (the outputs scaled_add allocates, "
+                          f"{format_bytes(outputs)}, + 5% of every output): compute in one kernel without "
+                          "temporaries, and straight into out= when it is given")
+    if report.kept_bytes > KEPT_ALLOWED:
+        raise CheckFailed(f"{names}: {format_bytes(report.kept_bytes)} still allocated after scaled_add returned, "
+                          "beyond its result (allowed: none): keep no tensor alive between calls (an output or "
+                          "scratch cached in a global is memory the caller can never free)")
     if report.meter != LIVE_TENSORS:  # only the live-tensor meter records the ops the call dispatched
-        _, report = measure_peak(lambda: call_learner(scaled_add, x, y, alpha, what=what), device=device,
-                                 meter=LIVE_TENSORS, warmup=False)
-    expect_no_torch_arithmetic(report.ops, what, "the sum must be computed by your Triton kernel")
+        _, report = _measure(scaled_add, calls, meter=LIVE_TENSORS, warmup=False)
+    expect_no_torch_arithmetic(report.ops, names, "the sum must be computed by your Triton kernel")
 
 
 def check_scaled_add_memory(scaled_add, cases: str = "visible") -> None:
     visible, hidden = check_cases(cases)
-    sizes = memfit.size("first_kernel", memfit.hardware.profile_for("cpu"))
-    if visible:
-        _check_memory(scaled_add, 4097, torch.float32, memfit.DEVICE)
-    if hidden:
-        _check_memory(scaled_add, sizes["n_check_large"], torch.float16, memfit.DEVICE)
+    for which in ("visible",) * visible + ("hidden",) * hidden:
+        _check_memory(scaled_add, [(case.shape, case.dtype(), case.out == "given")
+                                   for case in _plan(_memory_cases(), which)])
+
+
+# ------------------------------------------------------------------------------------ the GPU
+
+@dataclass(frozen=True)
+class GpuCase:
+    shape: tuple
+    dtype_index: int
+
+    def dtype(self) -> torch.dtype:
+        dtypes = memfit.profile().dtypes
+        return dtypes[self.dtype_index % len(dtypes)]
+
+    def axes(self) -> dict:
+        return {"dtype": dtype_name(self.dtype()), "rank": len(self.shape),
+                "block_fit": _block_fit(math.prod(self.shape)), "out": ("given", "None"),
+                "memory": ("out=None", "out= given", "kept after the call")}
+
+
+def _gpu_cases() -> dict:
+    """Every dtype at GPU scale (about 16M elements, a partial last block), rank 1 and 2 crossed between visible
+    and hidden."""
+    n = memfit.size("first_kernel")["n_check_large"]
+    side = math.isqrt(n)
+    shapes = {"visible": [(n,), (side + 2, side - 3)], "hidden": [(side + 6, side - 5), (n + 2 * _block() + 2,)]}
+    return {which: [GpuCase(shapes[which][i % 2], i) for i in range(len(memfit.profile().dtypes))]
+            for which in ("visible", "hidden")}
 
 
 def check_scaled_add_gpu(scaled_add, cases: str = "visible") -> None:
@@ -115,13 +458,57 @@ def check_scaled_add_gpu(scaled_add, cases: str = "visible") -> None:
     if not torch.cuda.is_available():
         return skip("skipped: needs a GPU (checks the compiled kernel on ~16M elements, "
                     "memory measured by the CUDA allocator)")
-    visible, hidden = check_cases(cases)
-    n = memfit.size("first_kernel")["n_check_large"]
-    dtypes = memfit.profile().dtypes if hidden else (torch.float16,)
-    for seed, dtype in enumerate(dtypes):
-        _check_one(scaled_add, n, dtype, memfit.DEVICE, seed=100 + seed)
-        _check_memory(scaled_add, n, dtype, memfit.DEVICE)
-    print(f"scaled_add: GPU checks passed ({', '.join(str(d).replace('torch.', '') for d in dtypes)}, n={n:,})")
+    plan = _plan(_gpu_cases(), cases)
+    for seed, case in enumerate(plan):
+        dtype = case.dtype()
+        gen = torch.Generator().manual_seed(100 + seed)
+        x = torch.randn(case.shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
+        y = torch.randn(case.shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
+        alpha = float(torch.empty(()).uniform_(-2, 2, generator=gen))
+        _check_one(scaled_add, x, y, alpha, _describe(case.shape, dtype, alpha))
+        del x, y
+        fresh = case.shape[:-1] + (case.shape[-1] + 1,)  # a shape the numerics did not use: a cache would show
+        _check_memory(scaled_add, [(fresh, dtype, False), (fresh, dtype, True)])
+    print(f"scaled_add: GPU checks passed ({', '.join(dtype_name(c.dtype()) for c in plan)}, "
+          f"shapes {', '.join(str(c.shape) for c in plan)})")
+
+
+# ------------------------------------------------------------------------------------------- axes
+
+AXES = {
+    "bytes_of": {"rank": (0, 1, 2, 3), "dtype": tuple(dtype_name(d) for d in BYTES_DTYPES),
+                 "size": ("empty shape ()", "a zero dimension", "ordinary", "over 2**31 bytes"),
+                 "shape_type": ("tuple", "torch.Size")},
+    "scaled_add_numerics": {"rank": (0, 1, 2, 3), "block_fit": BLOCK_FIT,
+                            "dtype": tuple(dtype_name(d) for d in memfit.profile().dtypes), "alpha": ALPHAS,
+                            "operands": OPERANDS, "magnitude": tuple(MAGNITUDES), "out": ("given", "None"),
+                            "arguments": ("valid",) + INVALID_KINDS,
+                            "call": ("first of its shape and dtype", "same shape and dtype again")},
+    "scaled_add_memory": {"dtype": tuple(dtype_name(d) for d in memfit.profile().dtypes), "out": ("None", "given"),
+                          "rank": (1, 2), "block_fit": ("a partial last block",), "kept": ("after the call",)},
+    "scaled_add_gpu": {"dtype": tuple(dtype_name(d) for d in memfit.profile().dtypes), "rank": (1, 2),
+                       "block_fit": ("a partial last block",), "out": ("given", "None"),
+                       "memory": ("out=None", "out= given", "kept after the call")},
+}
+
+
+def case_axes(check: str, cases: str) -> list[dict]:
+    """The cases `check` runs under `cases` ("visible" or "hidden"), each as {axis: value}: read from the same
+    records the check iterates over."""
+    if check == "bytes_of":
+        return [case.axes() for case in _plan(BYTES_CASES, cases)]
+    if check == "scaled_add_numerics":
+        seen, result = set(), []
+        for case in _plan(_add_cases(), cases):
+            key = (case.shape, case.dtype())
+            result.append(case.axes(again=key in seen))
+            seen.add(key)
+        return result + [case.axes() for case in _plan(INVALID_CASES, cases)]
+    if check == "scaled_add_memory":
+        return [case.axes() for case in _plan(_memory_cases(), cases)]
+    if check == "scaled_add_gpu":
+        return [case.axes() for case in _plan(_gpu_cases(), cases)]
+    raise KeyError(f"lesson 00 has no check {check!r}")
 
 
 CHECKS = [

@@ -55,7 +55,18 @@ def _kernel_alpha_on_x(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, alpha * tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
+def _validate(x, y, out):  # as the exercise asks: every mutant fails for its own bug, not for a missing check
+    if x.shape != y.shape or x.dtype != y.dtype or x.device != y.device:
+        raise ValueError("x and y must have the same shape, dtype and device")
+    if not (x.is_contiguous() and y.is_contiguous()):
+        raise ValueError("x and y must be contiguous")
+    if out is not None and (out.shape != x.shape or out.dtype != x.dtype or out.device != x.device
+                            or not out.is_contiguous()):
+        raise ValueError("out must be a contiguous tensor like x")
+
+
 def _launch(kernel, x, y, alpha, out, block=256, grid=None):
+    _validate(x, y, out)
     out = torch.empty_like(x) if out is None else out
     n = x.numel()
     kernel[grid or (triton.cdiv(n, block),)](x, y, out, n, alpha, BLOCK=block)
@@ -79,6 +90,7 @@ def scaled_add_ignores_out(x, y, alpha, out=None):
 
 
 def scaled_add_in_pytorch(x, y, alpha, out=None):
+    _validate(x, y, out)
     result = x + alpha * y
     if out is not None:
         out.copy_(result)
@@ -87,6 +99,7 @@ def scaled_add_in_pytorch(x, y, alpha, out=None):
 
 
 def scaled_add_fp32_temporaries(x, y, alpha, out=None):  # right answer, but upcasts: 2 extra tensors
+    _validate(x, y, out)
     xf, yf = x.float(), y.float()
     res = _launch(_kernel, xf, yf, alpha, None)
     if out is None:

@@ -296,24 +296,6 @@ def scaled_add_alpha_on_x(x: torch.Tensor, y: torch.Tensor, alpha: float, out: t
     return _launch(_swapped_kernel, x, y, out, alpha)
 
 
-@triton.jit
-def _alpha_cast_kernel(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask)
-    y = tl.load(y_ptr + offsets, mask=mask)
-    a = (tl.zeros_like(y).to(tl.float32) + alpha).to(y.dtype)  # "stay in the input dtype": alpha rounded (inf > 65504 in fp16)
-    tl.store(out_ptr + offsets, x + a * y, mask=mask)
-
-
-def scaled_add_alpha_in_input_dtype(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Rounds alpha to the input dtype and multiplies in it: alpha=1e5 is inf in fp16, alpha=0.1 is off by 1e-3 in bf16."""
-    _check_inputs(x, y)
-    out = torch.empty_like(x) if out is None else out
-    return _launch(_alpha_cast_kernel, x, y, out, alpha)
-
-
 # ---- wrong: the launcher ------------------------------------------------------------------------
 
 def scaled_add_grid_floor(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -334,6 +316,14 @@ def scaled_add_len_not_numel(x: torch.Tensor, y: torch.Tensor, alpha: float, out
     out = torch.empty_like(x) if out is None else out
     n = len(x) if x.dim() > 0 else 1
     return _launch(_scaled_add_kernel, x, y, out, alpha, n=n)
+
+
+def scaled_add_n_in_bytes(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Exercise 1 carried along: n = x.nbytes (bytes, not elements) for the grid and the mask, so the kernel
+    reads and writes element_size() times too far (the values up to numel are right)."""
+    _check_inputs(x, y)
+    out = torch.empty_like(x) if out is None else out
+    return _launch(_scaled_add_kernel, x, y, out, alpha, n=x.nbytes)
 
 
 def scaled_add_flat_output(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -501,7 +491,7 @@ _WRONG_NUMERICS = [
     "scaled_add_mask_lane_index",
     "scaled_add_unmasked_loads",
     "scaled_add_alpha_on_x",
-    "scaled_add_alpha_in_input_dtype",
+    "scaled_add_n_in_bytes",
     "scaled_add_grid_floor",
     "scaled_add_len_not_numel",
     "scaled_add_flat_output",
@@ -528,6 +518,7 @@ _WRONG_MEMORY = [
 
 _WRONG_GPU = [
     "scaled_add_unmasked_store",
+    "scaled_add_n_in_bytes",
     "scaled_add_mask_lane_index",
     "scaled_add_alpha_on_x",
     "scaled_add_grid_floor",
@@ -576,7 +567,7 @@ WHY = {
     "scaled_add_mask_lane_index": "mask tl.arange(0, BLOCK) < n ignores pid: partial last block reads/writes past the end; violates mask 'offsets < n'",
     "scaled_add_unmasked_loads": "loads without mask read past the end of x and y; violates 'load a block of x and y with a mask'",
     "scaled_add_alpha_on_x": "computes alpha*x + y; violates 'out = x + alpha * y' (hides at alpha=1)",
-    "scaled_add_alpha_in_input_dtype": "rounds alpha to fp16/bf16 before multiplying (inf for |alpha|>65504 in fp16); wrong values for 'every dtype' with non-trivial alpha",
+    "scaled_add_n_in_bytes": "passes x.nbytes as n (bytes, not elements): grid and mask 2-4x too long, writes past the end; violates mask 'offsets < n' for n elements / 'nothing past the end'",
     "scaled_add_grid_floor": "grid n // BLOCK misses the partial last block; violates 'one program per block' for lengths not multiples of the block",
     "scaled_add_len_not_numel": "n = len(x) covers only the first dim of multi-dim inputs; 'same shape' inputs of any rank",
     "scaled_add_flat_output": "allocates torch.empty(n): result is 1-D for N-D inputs; output should have x's shape",

@@ -83,32 +83,126 @@ def run_entry(lesson: str, check, entry) -> tuple[str, str]:
     return "passed", ""
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("lessons", nargs="*", default=list(LESSONS))
-    parser.add_argument("--json", help="write every outcome to this file")
-    args = parser.parse_args()
-    os.environ["MEMFIT_GRADING"] = "1"  # skip() raises CheckSkipped, as under the grader
-    rows = []
-    for lesson in args.lessons:
-        for check, verdict, entry in entries(lesson):
-            start = time.perf_counter()
-            outcome, message = run_entry(lesson, check, entry)
-            seconds = time.perf_counter() - start
-            bad = (verdict == "wrong" and outcome == "passed") or (verdict == "right" and outcome not in ("passed", "skipped"))
-            rows.append(dict(lesson=lesson, check=check.name, verdict=verdict, entry=label(entry), outcome=outcome,
-                             message=message[:300], seconds=round(seconds, 1), bad=bad))
-            shown = {"wrong": {"passed": "SLIPPED"}, "right": {"passed": "kept"}}[verdict].get(
-                outcome, "skipped" if outcome == "skipped" else ("rejected" if verdict == "wrong" else "REJECTED"))
-            print(f"{lesson:20s} {check.name:26s} {verdict:5s} {label(entry):45s} {shown:9s} {seconds:6.1f}s "
-                  f"{message[:110]}", flush=True)
-    for lesson in args.lessons:
+def _row(lesson, check, verdict, entry, outcome, message, seconds) -> dict:
+    bad = (verdict == "wrong" and outcome == "passed") or (verdict == "right" and outcome not in ("passed", "skipped"))
+    return dict(lesson=lesson, check=check.name, verdict=verdict, entry=label(entry), outcome=outcome,
+                message=message[:300], seconds=round(seconds, 1), bad=bad)
+
+
+def _show(row: dict) -> None:
+    shown = {"wrong": {"passed": "SLIPPED"}, "right": {"passed": "kept"}}[row["verdict"]].get(
+        row["outcome"], "skipped" if row["outcome"] == "skipped" else
+        ("rejected" if row["verdict"] == "wrong" else "REJECTED"))
+    print(f"{row['lesson']:20s} {row['check']:26s} {row['verdict']:5s} {row['entry']:45s} {shown:9s} "
+          f"{row['seconds']:6.1f}s {row['message'][:110]}", flush=True)
+
+
+def _context_lost() -> bool:
+    """After a CUDA error such as an illegal address, every later CUDA call in this process fails."""
+    import torch
+    if not torch.cuda.is_available():
+        return False
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+        return False
+    except Exception:
+        return True
+
+
+def run_lesson(lesson: str, first: int, journal: str | None) -> int:
+    """Run the lesson's entries from index `first`; return the index to go on from (len when done). With a
+    journal (a file of JSON lines), stop after an entry that lost the CUDA context: the caller goes on in a
+    new process, so one wrong kernel cannot make the entries after it fail."""
+    todo = list(entries(lesson))
+    for index in range(first, len(todo)):
+        check, verdict, entry = todo[index]
+        if journal:
+            with open(journal, "a") as f:
+                f.write(json.dumps({"started": index}) + "\n")
+        start = time.perf_counter()
+        outcome, message = run_entry(lesson, check, entry)
+        row = _row(lesson, check, verdict, entry, outcome, message, time.perf_counter() - start)
+        _show(row)
+        if journal:
+            with open(journal, "a") as f:
+                f.write(json.dumps({"index": index, **row}) + "\n")
+            if outcome == "error" and _context_lost():
+                return index + 1
+    return len(todo)
+
+
+def run_isolated(lesson: str, workdir: str) -> list[dict]:
+    """The lesson's entries in as many processes as it takes: a new one after an entry that lost the CUDA
+    context or crashed the process (that entry is recorded as an error, as the grader records it)."""
+    import subprocess
+    import sys
+    journal = os.path.join(workdir, f"{lesson}.jsonl")
+    todo = list(entries(lesson))
+    rows: dict[int, dict] = {}
+    first = 0
+    while first < len(todo):
+        proc = subprocess.run([sys.executable, "-m", "tests.mutants.blind.run", lesson, "--first", str(first),
+                               "--journal", journal], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        started = first
+        with open(journal) as f:
+            for line in f:
+                record = json.loads(line)
+                if "started" in record:
+                    started = record["started"]
+                else:
+                    rows[record.pop("index")] = record
+        print(proc.stdout[-20000:], end="", flush=True)
+        if proc.returncode < 0 or (proc.returncode != 0 and started not in rows):  # died inside an entry
+            check, verdict, entry = todo[started]
+            rows[started] = _row(lesson, check, verdict, entry, "error",
+                                 f"the process died (exit status {proc.returncode})", 0.0)
+            _show(rows[started])
+        first = max(rows) + 1 if rows else len(todo)
+    return [rows[i] for i in sorted(rows)]
+
+
+def summary(rows: list[dict], lessons) -> None:
+    for lesson in lessons:
         mine = [r for r in rows if r["lesson"] == lesson]
         wrong = [r for r in mine if r["verdict"] == "wrong" and r["outcome"] != "skipped"]
         right = [r for r in mine if r["verdict"] == "right" and r["outcome"] != "skipped"]
         print(f"{lesson}: {sum(r['bad'] for r in wrong)} of {len(wrong)} wrong entries slipped; "
               f"{sum(r['bad'] for r in right)} of {len(right)} right entries rejected; "
               f"{sum(r['outcome'] == 'skipped' for r in mine)} skipped (need a GPU)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("lessons", nargs="*", default=list(LESSONS))
+    parser.add_argument("--json", help="write every outcome to this file")
+    parser.add_argument("--isolate", action="store_true",
+                        help="(on a GPU) a new process after an entry that loses the CUDA context or crashes")
+    parser.add_argument("--jobs", type=int, default=1, help="with --isolate: lessons run at once")
+    parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--journal", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ["MEMFIT_GRADING"] = "1"  # skip() raises CheckSkipped, as under the grader
+    if args.journal:  # a child of --isolate
+        (lesson,) = args.lessons
+        raise SystemExit(0 if run_lesson(lesson, args.first, args.journal) >= len(list(entries(lesson))) else 3)
+    rows: list[dict] = []
+    if args.isolate:
+        import tempfile
+        from concurrent.futures import ThreadPoolExecutor
+        with tempfile.TemporaryDirectory() as workdir, ThreadPoolExecutor(args.jobs) as pool:
+            for lesson_rows in pool.map(lambda lesson: run_isolated(lesson, workdir), args.lessons):
+                rows += lesson_rows
+    else:
+        for lesson in args.lessons:
+            todo = list(entries(lesson))
+            for check, verdict, entry in todo:
+                start = time.perf_counter()
+                outcome, message = run_entry(lesson, check, entry)
+                row = _row(lesson, check, verdict, entry, outcome, message, time.perf_counter() - start)
+                _show(row)
+                rows.append(row)
+    summary(rows, args.lessons)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
