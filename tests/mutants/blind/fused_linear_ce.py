@@ -522,18 +522,29 @@ def _fused_core(x, weight, targets, bias=None, ignore_index=IGNORE_INDEX, reduct
     db32 = None if bias is None else torch.zeros(vocab, dtype=torch.float32, device=dev)
     loss = torch.zeros((), dtype=torch.float32, device=dev)
 
+    scratch = []  # one tile buffer, reused by every tile of every chunk
+
     def tile_logits(xc, c0, c1, with_bias=True):
         b = bias[c0:c1] if (bias is not None and with_bias) else None
+        rows, cols = xc.shape[0], c1 - c0
+        if bug == "keeps_tiles":
+            return F.linear(xc, weight[c0:c1], b)
+        numel = min(c_tok, n) * c_voc
         if bug == "cached_scratch":
-            key = (xc.shape[0], c1 - c0, x.dtype, str(dev))
-            buf = _SCRATCH.get(key)
-            if buf is None:
-                buf = _SCRATCH[key] = torch.empty(xc.shape[0], c1 - c0, dtype=x.dtype, device=dev)
-            torch.matmul(xc, weight[c0:c1].t(), out=buf)
-            if b is not None:
-                buf += b
-            return buf
-        return F.linear(xc, weight[c0:c1], b)
+            key = (numel, x.dtype, str(dev))
+            if key not in _SCRATCH:
+                _SCRATCH[key] = torch.empty(numel, dtype=x.dtype, device=dev)
+            flat = _SCRATCH[key]
+        else:
+            if not scratch:
+                scratch.append(torch.empty(numel, dtype=x.dtype, device=dev))
+            flat = scratch[0]
+        out = flat[:rows * cols].view(rows, cols)
+        if b is None:
+            torch.mm(xc, weight[c0:c1].t(), out=out)
+        else:
+            torch.addmm(b, xc, weight[c0:c1].t(), out=out)
+        return out
 
     def block(cols):
         return min(max_block, triton.next_power_of_2(cols))
