@@ -110,26 +110,25 @@ def _context_lost() -> bool:
         return True
 
 
-def run_lesson(lesson: str, first: int, journal: str | None) -> int:
-    """Run the lesson's entries from index `first`; return the index to go on from (len when done). With a
-    journal (a file of JSON lines), stop after an entry that lost the CUDA context: the caller goes on in a
-    new process, so one wrong kernel cannot make the entries after it fail."""
-    todo = list(entries(lesson))
-    for index in range(first, len(todo)):
-        check, verdict, entry = todo[index]
+def run_lesson(lesson: str, first: int = 0, journal: str | None = None) -> list[dict]:
+    """Run the lesson's entries from index `first`, in this process; return their rows. With a journal (a file of
+    JSON lines, for run_isolated), stop after an entry that lost the CUDA context: the caller goes on in a new
+    process, so one wrong kernel cannot make the entries after it fail."""
+    rows = []
+    for index, (check, verdict, entry) in enumerate(list(entries(lesson))[first:], start=first):
         if journal:
             with open(journal, "a") as f:
                 f.write(json.dumps({"started": index}) + "\n")
         start = time.perf_counter()
         outcome, message = run_entry(lesson, check, entry)
-        row = _row(lesson, check, verdict, entry, outcome, message, time.perf_counter() - start)
-        _show(row)
+        rows.append(_row(lesson, check, verdict, entry, outcome, message, time.perf_counter() - start))
+        _show(rows[-1])
         if journal:
             with open(journal, "a") as f:
-                f.write(json.dumps({"index": index, **row}) + "\n")
+                f.write(json.dumps({"index": index, **rows[-1]}) + "\n")
             if outcome == "error" and _context_lost():
-                return index + 1
-    return len(todo)
+                break
+    return rows
 
 
 def run_isolated(lesson: str, workdir: str) -> list[dict]:
@@ -153,7 +152,7 @@ def run_isolated(lesson: str, workdir: str) -> list[dict]:
                 else:
                     rows[record.pop("index")] = record
         print(proc.stdout[-20000:], end="", flush=True)
-        if proc.returncode < 0 or (proc.returncode != 0 and started not in rows):  # died inside an entry
+        if started not in rows:  # the child ended inside this entry: it crashed, as a grading child can
             check, verdict, entry = todo[started]
             rows[started] = _row(lesson, check, verdict, entry, "error",
                                  f"the process died (exit status {proc.returncode})", 0.0)
@@ -183,9 +182,10 @@ def main() -> None:
     parser.add_argument("--journal", help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ["MEMFIT_GRADING"] = "1"  # skip() raises CheckSkipped, as under the grader
-    if args.journal:  # a child of --isolate
+    if args.journal:  # a child of --isolate: its journal says how far it got
         (lesson,) = args.lessons
-        raise SystemExit(0 if run_lesson(lesson, args.first, args.journal) >= len(list(entries(lesson))) else 3)
+        run_lesson(lesson, args.first, args.journal)
+        return
     rows: list[dict] = []
     if args.isolate:
         import tempfile
@@ -195,13 +195,7 @@ def main() -> None:
                 rows += lesson_rows
     else:
         for lesson in args.lessons:
-            todo = list(entries(lesson))
-            for check, verdict, entry in todo:
-                start = time.perf_counter()
-                outcome, message = run_entry(lesson, check, entry)
-                row = _row(lesson, check, verdict, entry, outcome, message, time.perf_counter() - start)
-                _show(row)
-                rows.append(row)
+            rows += run_lesson(lesson)
     summary(rows, args.lessons)
     if args.json:
         with open(args.json, "w") as f:
