@@ -93,6 +93,47 @@ def test_predict_peak_mutants_fail(wrong, cases, message):
         act_checks.check_predict_peak(wrong, cases=cases)
 
 
+@pytest.mark.parametrize("wrong", [
+    act_mutants.peak_without_block_copies, act_mutants.peak_without_head_copy, act_mutants.peak_sgd_temporary,
+    act_mutants.peak_fp32_temporary_in_bf16, act_mutants.peak_without_optimizer_step,
+    act_mutants.peak_one_logits_gradient, act_mutants.peak_last_block_only, act_mutants.peak_first_block_only,
+    act_mutants.peak_without_recomputed_block, act_mutants.peak_without_working_gradients,
+])
+def test_each_term_of_the_prediction_decides_a_visible_case(wrong):
+    """A predictor missing any one term (or adding one) fails on the visible cases: none meets a new kind of
+    failure at grading time."""
+    with pytest.raises(CheckFailed, match="error"):
+        act_checks.check_predict_peak(wrong, cases="visible")
+
+
+def test_predict_peak_alternative_passes():
+    act_checks.check_predict_peak(act_mutants.peak_every_block, cases="visible")
+
+
+def _with_globals(fn, **replacements):
+    """fn with its notebook's globals, some of them replaced (a learner whose earlier exercise is wrong)."""
+    import types
+    namespace = dict(fn.__globals__, **replacements)
+    return types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__)
+
+
+def test_each_exercise_is_graded_on_its_own():
+    """predict_peak runs with the course's activation_bytes and max_micro_batch with the course's predict_peak: a
+    wrong exercise 1 or 2 costs its own points only."""
+    wrong_activations = _with_globals(ref02.predict_peak, activation_bytes=lambda *a: 0)
+    act_checks.check_predict_peak(wrong_activations, cases="visible")
+    wrong_predictor = _with_globals(ref02.max_micro_batch, predict_peak=act_mutants.peak_states_only)
+    act_checks.check_max_micro_batch(wrong_predictor, cases="all")
+
+
+def test_axes_are_the_plans():
+    """case_axes reads the plans the checks iterate over: one record per case."""
+    assert len(act_checks.case_axes("predict_peak", "visible")) == len(act_checks.PEAK_CASES["visible"])
+    assert len(act_checks.case_axes("accumulation_steps", "hidden")) == len(act_checks.ACCUMULATION_CASES["hidden"])
+    moments = {c["peak at"] for c in act_checks.case_axes("predict_peak", "visible")}
+    assert moments == set(act_checks.PEAK_MOMENTS)
+
+
 @pytest.mark.parametrize("wrong, message", [
     (act_mutants.max_micro_batch_off_by_one, "expected"),
     (act_mutants.max_micro_batch_ignores_predict, "use the `predict` argument"),
