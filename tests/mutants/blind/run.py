@@ -110,12 +110,20 @@ def _context_lost() -> bool:
         return True
 
 
-def run_lesson(lesson: str, first: int = 0, journal: str | None = None) -> list[dict]:
-    """Run the lesson's entries from index `first`, in this process; return their rows. With a journal (a file of
-    JSON lines, for run_isolated), stop after an entry that lost the CUDA context: the caller goes on in a new
-    process, so one wrong kernel cannot make the entries after it fail."""
+def _indices(lesson: str, first: int, shard: tuple[int, int]) -> list[int]:
+    """The entries of shard (i, k) of a lesson, from index `first` on: every k-th entry, starting at the i-th."""
+    i, k = shard
+    return [index for index in range(len(list(entries(lesson)))) if index % k == i and index >= first]
+
+
+def run_lesson(lesson: str, first: int = 0, journal: str | None = None, shard: tuple[int, int] = (0, 1)) -> list[dict]:
+    """Run the lesson's entries (those of `shard`, from index `first`) in this process; return their rows. With a
+    journal (a file of JSON lines, for run_isolated), stop after an entry that lost the CUDA context: the caller
+    goes on in a new process, so one wrong kernel cannot make the entries after it fail."""
+    todo = list(entries(lesson))
     rows = []
-    for index, (check, verdict, entry) in enumerate(list(entries(lesson))[first:], start=first):
+    for index in _indices(lesson, first, shard):
+        check, verdict, entry = todo[index]
         if journal:
             with open(journal, "a") as f:
                 f.write(json.dumps({"started": index}) + "\n")
@@ -131,34 +139,61 @@ def run_lesson(lesson: str, first: int = 0, journal: str | None = None) -> list[
     return rows
 
 
-def run_isolated(lesson: str, workdir: str) -> list[dict]:
-    """The lesson's entries in as many processes as it takes: a new one after an entry that lost the CUDA
-    context or crashed the process (that entry is recorded as an error, as the grader records it)."""
-    import subprocess
-    import sys
-    journal = os.path.join(workdir, f"{lesson}.jsonl")
-    todo = list(entries(lesson))
-    rows: dict[int, dict] = {}
-    first = 0
-    while first < len(todo):
-        proc = subprocess.run([sys.executable, "-m", "tests.mutants.blind.run", lesson, "--first", str(first),
-                               "--journal", journal], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        started = first
-        with open(journal) as f:
+def _journal(workdir: str, lesson: str, shard: tuple[int, int]) -> str:
+    return os.path.join(workdir, f"{lesson}.{shard[0]}-of-{shard[1]}.jsonl")
+
+
+def _read_journal(path: str) -> tuple[dict[int, dict], int | None]:
+    """(rows by entry index, the index last started) of a journal."""
+    rows, started = {}, None
+    if os.path.exists(path):
+        with open(path) as f:
             for line in f:
                 record = json.loads(line)
                 if "started" in record:
                     started = record["started"]
                 else:
                     rows[record.pop("index")] = record
+    return rows, started
+
+
+def run_isolated(lesson: str, shard: tuple[int, int], workdir: str) -> list[dict]:
+    """One shard of the lesson's entries in as many processes as it takes: a new one after an entry that lost the
+    CUDA context or crashed the process (that entry is recorded as an error, as the grader records it)."""
+    import subprocess
+    import sys
+    journal = _journal(workdir, lesson, shard)
+    todo = list(entries(lesson))
+    first = 0
+    while _indices(lesson, first, shard):
+        proc = subprocess.run([sys.executable, "-m", "tests.mutants.blind.run", lesson, "--first", str(first),
+                               "--journal", journal, "--shard", f"{shard[0]}/{shard[1]}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         print(proc.stdout[-20000:], end="", flush=True)
-        if started not in rows:  # the child ended inside this entry: it crashed, as a grading child can
+        rows, started = _read_journal(journal)
+        if started is not None and started not in rows:  # the child ended inside this entry: it crashed
             check, verdict, entry = todo[started]
-            rows[started] = _row(lesson, check, verdict, entry, "error",
-                                 f"the process died (exit status {proc.returncode})", 0.0)
-            _show(rows[started])
-        first = max(rows) + 1 if rows else len(todo)
-    return [rows[i] for i in sorted(rows)]
+            row = _row(lesson, check, verdict, entry, "error", f"the process died (exit status {proc.returncode})", 0.0)
+            _show(row)
+            with open(journal, "a") as f:
+                f.write(json.dumps({"index": started, **row}) + "\n")
+            rows[started] = row
+        if not rows:
+            break
+        first = max(rows) + 1
+    return [row for _, row in sorted(_read_journal(journal)[0].items())]
+
+
+def merged(workdir: str, lessons) -> list[dict]:
+    """Every row the journals in workdir hold, lesson by lesson in entry order (also after a run was cut off)."""
+    import glob
+    rows = []
+    for lesson in lessons:
+        found = {}
+        for path in glob.glob(os.path.join(workdir, f"{lesson}.*.jsonl")):
+            found.update(_read_journal(path)[0])
+        rows += [row for _, row in sorted(found.items())]
+    return rows
 
 
 def summary(rows: list[dict], lessons) -> None:
@@ -177,22 +212,30 @@ def main() -> None:
     parser.add_argument("--json", help="write every outcome to this file")
     parser.add_argument("--isolate", action="store_true",
                         help="(on a GPU) a new process after an entry that loses the CUDA context or crashes")
-    parser.add_argument("--jobs", type=int, default=1, help="with --isolate: lessons run at once")
+    parser.add_argument("--jobs", type=int, default=1, help="with --isolate: processes at once")
+    parser.add_argument("--shards", type=int, default=1, help="with --isolate: split each lesson into this many")
+    parser.add_argument("--workdir", help="with --isolate: keep the journals here (default: a temporary folder)")
+    parser.add_argument("--merge", action="store_true", help="only read the journals in --workdir (a run cut off)")
     parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--journal", help=argparse.SUPPRESS)
+    parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ["MEMFIT_GRADING"] = "1"  # skip() raises CheckSkipped, as under the grader
     if args.journal:  # a child of --isolate: its journal says how far it got
         (lesson,) = args.lessons
-        run_lesson(lesson, args.first, args.journal)
+        run_lesson(lesson, args.first, args.journal, tuple(int(v) for v in args.shard.split("/")))
         return
     rows: list[dict] = []
-    if args.isolate:
+    if args.isolate or args.merge:
         import tempfile
         from concurrent.futures import ThreadPoolExecutor
-        with tempfile.TemporaryDirectory() as workdir, ThreadPoolExecutor(args.jobs) as pool:
-            for lesson_rows in pool.map(lambda lesson: run_isolated(lesson, workdir), args.lessons):
-                rows += lesson_rows
+        workdir = args.workdir or tempfile.mkdtemp()
+        os.makedirs(workdir, exist_ok=True)
+        if not args.merge:
+            tasks = [(lesson, (i, args.shards)) for lesson in args.lessons for i in range(args.shards)]
+            with ThreadPoolExecutor(args.jobs) as pool:
+                list(pool.map(lambda task: run_isolated(task[0], task[1], workdir), tasks))
+        rows = merged(workdir, args.lessons)
     else:
         for lesson in args.lessons:
             rows += run_lesson(lesson)
