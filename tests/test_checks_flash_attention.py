@@ -35,7 +35,8 @@ def test_online_softmax_mutants_fail(wrong, message):
 
 
 @pytest.mark.parametrize("wrong, message", [
-    (mutants.tiled_naive, "peak extra memory .* full score matrix"),
+    # in the inputs' dtype (fp16 here) its values fail before its memory does
+    (mutants.tiled_naive, r"peak extra memory .* full score matrix|float16.*, o: max \|error\|"),
     (mutants.tiled_causal_sees_next_key, r"causal.*, o: max \|error\|"),
     (mutants.tiled_causal_masks_diagonal, r"causal.*, o: .* NaN"),
     (mutants.tiled_lse_log2, r"lse \(natural log: m \+ log l\): max \|error\|"),

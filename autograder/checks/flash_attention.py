@@ -3,27 +3,77 @@ attention in PyTorch, the Triton forward and backward, and the memory of forward
 
 Numerics follow FlashAttention's rule (autograder/checks/numerics.py): for o, the logsumexp, dq, dk and dv,
 the learner's max error against float64 may be at most 2x the error of PyTorch's attention computed in the
-same dtype, plus a floor. Outputs are allocated poisoned (NaN), so an element a kernel never writes shows up.
-Sequence lengths are not multiples of the tiles. Memory budgets come from the shapes: O(N·d), never N².
+same dtype, plus a floor. Every tensor the learner allocates sits between guard regions filled with NaN, so an
+element a kernel never writes, or a store past the end, shows up. Sequence lengths are not multiples of the
+tiles; inputs come contiguous and in a transformer's transposed layout ((B, N, H, d) viewed as (B, H, N, d));
+every dtype of this machine's profile, visible cases included. Memory budgets come from the shapes: O(N·d),
+never N², on every call path (each dtype, causal or not), and nothing may stay allocated after a call beyond
+what the exercise keeps.
+
+Each check iterates over case records (ATTN_CASES, SOFTMAX_CASES, MEM_CASES, ...); AXES lists what the
+exercises' text lets vary and case_axes reads the same records.
 """
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 import memfit
-from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error
-from autograder.checks.numerics import (assert_close_by_rule, expect_like, expect_no_torch_arithmetic,
-                                        poisoned_allocations, training_half)
-from autograder.checks.numerics import case_dtypes as _dtypes, dtype_name as _name, seeded_randn as _randn
+import memfit.from_lessons.flash_attention as REFERENCE  # imported before the grading child's guards go up
+from autograder.checks import (Check, CheckFailed, KernelSpec, NotImplementedYet, call_learner, check_cases,
+                               expect_value_error, given_references)
+from autograder.checks.numerics import (assert_close_by_rule, call_pure, expect_like, expect_no_torch_arithmetic,
+                                        guarded_allocations)
+from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
 
 
-def _qkv(b, h, n, d, dtype, seed, q_scale=1.0):
-    return (_randn((b, h, n, d), dtype, seed, q_scale), _randn((b, h, n, d), dtype, seed + 1),
-            _randn((b, h, n, d), dtype, seed + 2))
+def _dtypes() -> tuple[torch.dtype, ...]:
+    """The dtypes this machine's profile grades: fp32 and fp16 on a CPU, bf16 too on a GPU with bf16."""
+    return tuple(memfit.profile().dtypes)
+
+
+def _dtype(slot: int) -> torch.dtype:
+    dtypes = _dtypes()
+    return dtypes[slot % len(dtypes)]
+
+
+def _slot_exists(slot: int) -> bool:
+    """A case written for a third dtype (bf16) runs only where the profile has one."""
+    return slot < len(_dtypes())
+
+
+def _plan(records, cases: str) -> list:
+    visible, hidden = check_cases(cases)
+    return [r for r in records if (hidden if r.hidden else visible)]
+
+
+# Bytes a call may leave allocated beyond its result: none, up to the CUDA allocator's rounding of each result.
+KEPT_SLACK = 4096 if memfit.HAS_GPU else 0
+
+
+def _check_kept(report, allowed: int, what: str, kept_what: str = "its results") -> None:
+    if report.kept_bytes > allowed + KEPT_SLACK:
+        raise CheckFailed(f"{what}: {format_bytes(report.kept_bytes)} stay allocated after the call beyond "
+                          f"{kept_what} (allowed: {format_bytes(allowed)}): do not keep scratch buffers in globals "
+                          "or caches between calls")
+
+
+# ------------------------------------------------------------------------------------------ inputs
+
+def _in_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values, contiguous or as a transformer hands them over: (B, N, H, d) memory viewed as (B, H, N, d)."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2) if layout == "transposed" else t.contiguous()
+
+
+def _qkv(b, h, n, d, dtype, seed, q_scale=1.0, layout="contiguous"):
+    return tuple(_in_layout(t, layout) for t in (_randn((b, h, n, d), dtype, seed, q_scale),
+                                                 _randn((b, h, n, d), dtype, seed + 1),
+                                                 _randn((b, h, n, d), dtype, seed + 2)))
 
 
 def _scores(q, k, causal):
@@ -59,29 +109,81 @@ def _check_lse(lse, q, exact_lse, same_lse, what: str) -> None:
     assert_close_by_rule(lse, exact_lse, same_lse, what + ", lse (natural log: m + log l)")
 
 
-def _describe(b, h, n, d, causal, dtype, q_scale=1.0) -> str:
-    large = ", large logits" if q_scale > 1 else ""
-    return f"(B={b}, H={h}, N={n}, d={d}, {'causal' if causal else 'not causal'}, {_name(dtype)}{large})"
+# ------------------------------------------------------------------------------------- attention cases
+
+@dataclass(frozen=True)
+class AttnCase:
+    """One attention problem, run by attention_tiled, flash_forward and flash_backward alike."""
+    b: int
+    h: int
+    n: int
+    d: int
+    causal: bool
+    slot: int  # the profile's dtypes[slot % len(dtypes)]
+    layout: str = "contiguous"  # or "transposed": (B, N, H, d) memory viewed as (B, H, N, d)
+    q_scale: float = 1.0  # 50 puts scores near 100, where exp overflows unless the running max is subtracted
+    tiles: tuple | None = (16, 16)  # attention_tiled's (block_m, block_n); None: its defaults (64, 64)
+    do_aligned: bool = False  # backward: dO = 2·O + noise (the loss |O|²): Δ is large and dP - Δ cancels
+    hidden: bool = False
+    gpu: bool = False  # long sequences, graded only where a GPU runs them
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return _dtype(self.slot)
+
+    def describe(self, q_scale=None) -> str:
+        q_scale = self.q_scale if q_scale is None else q_scale
+        return (f"(B={self.b}, H={self.h}, N={self.n}, d={self.d}, {'causal' if self.causal else 'not causal'}, "
+                f"{_name(self.dtype)}{', large logits' if q_scale > 1 else ''}"
+                f"{', inputs (B, N, H, d) viewed as (B, H, N, d)' if self.layout == 'transposed' else ''})")
+
+    def axes(self, check: str) -> dict:
+        n, d = self.n, self.d
+        axes = {"dtype": _name(self.dtype), "causal": self.causal, "layout": self.layout,
+                "N": "1" if n == 1 else ("a multiple of 32" if n % 32 == 0 else "not a multiple of 16"
+                                         if n % 16 else "other"),
+                "head_dim": ("128" if d == 128 else "a power of two <= 64" if d & (d - 1) == 0
+                             else "not a power of two (BLOCK_D > d)"),
+                "batch x heads": "1" if self.b * self.h == 1 else "several",
+                "logits": "large" if self.q_scale > 1 else "moderate"}
+        if check == "attention_tiled":
+            axes["tiles"] = ("defaults" if self.tiles is None else "block_m > block_n" if self.tiles[0] > self.tiles[1]
+                             else "block_m < block_n" if self.tiles[0] < self.tiles[1] else "block_m = block_n")
+        if check == "flash_backward":
+            axes["logits"] = "large" if self.q_scale > 1 else "moderate"
+            axes["dO"] = "aligned with o (large delta)" if self.do_aligned else "random"
+        return axes
 
 
-# Shapes (B, H, N, d, causal, q_scale): lengths are not multiples of any tile; N = 1 has one key. q_scale = 50
-# puts scores near 100, where exp overflows unless the running max is subtracted.
-VISIBLE = [(1, 2, 1, 16, False, 1.0), (1, 2, 17, 32, True, 1.0), (2, 1, 64, 64, False, 1.0),
-           (1, 2, 130, 64, True, 1.0), (1, 1, 40, 32, False, 50.0)]
-HIDDEN = [(1, 2, 257, 80, True, 1.0), (1, 1, 100, 96, False, 1.0), (1, 2, 77, 128, True, 1.0),
-          (2, 2, 33, 16, False, 1.0), (1, 1, 50, 64, True, 50.0)]
-HIDDEN_GPU = [(2, 3, 1000, 64, True, 1.0), (1, 2, 4097, 128, False, 1.0), (1, 2, 2048, 96, True, 1.0)]
+ATTN_CASES = [
+    AttnCase(1, 2, 1, 48, False, 1, q_scale=50.0),  # N = 1: dS is 0 exactly, any error in delta shows
+    AttnCase(1, 2, 17, 32, True, 1, "transposed", tiles=(16, 8)),
+    AttnCase(2, 1, 64, 64, False, 1, tiles=(8, 16), do_aligned=True),
+    AttnCase(1, 1, 40, 80, True, 0, "transposed", tiles=None, do_aligned=True),
+    AttnCase(1, 1, 40, 32, False, 0, q_scale=50.0, tiles=(32, 16)),
+    AttnCase(1, 1, 24, 128, True, 2, tiles=(8, 8)),
+    AttnCase(1, 1, 33, 48, False, 1, q_scale=50.0, tiles=(16, 32)),
+    # hidden: other sizes and values, the same kinds
+    AttnCase(1, 2, 257, 80, True, 1, "transposed", tiles=(16, 8), hidden=True),
+    AttnCase(1, 1, 100, 96, False, 0, tiles=(8, 16), do_aligned=True, hidden=True),
+    AttnCase(1, 2, 77, 128, True, 2, "transposed", tiles=None, hidden=True),
+    AttnCase(2, 2, 33, 16, False, 1, "transposed", tiles=(32, 32), hidden=True),
+    AttnCase(1, 1, 50, 64, True, 0, q_scale=50.0, tiles=(64, 64), hidden=True),
+    AttnCase(2, 1, 1, 48, False, 1, q_scale=50.0, tiles=(16, 16), hidden=True),
+    AttnCase(1, 1, 96, 32, True, 1, tiles=(32, 16), do_aligned=True, hidden=True),
+    AttnCase(2, 3, 1000, 64, True, 0, tiles=(64, 32), hidden=True, gpu=True),
+    AttnCase(1, 2, 4097, 128, False, 1, "transposed", tiles=None, hidden=True, gpu=True),
+    AttnCase(1, 2, 2048, 96, True, 2, tiles=(32, 64), hidden=True, gpu=True),
+]
 
 
-def _plan(cases: str):
-    visible, hidden = check_cases(cases)
-    plan = [(shape, torch.float32) for shape in VISIBLE] if visible else []
-    if hidden:
-        # Each shape in one dtype, the profile's dtypes in turn (both masks meet every dtype): on a GPU every
-        # (dtype, head-dim class, mask) is a kernel to compile, seconds each the first time a machine grades.
-        shapes, dtypes = HIDDEN + (HIDDEN_GPU if memfit.HAS_GPU else []), _dtypes(True)
-        plan += [(shape, dtypes[(i + 1) % len(dtypes)]) for i, shape in enumerate(shapes)]
-    return plan
+def _attn_plan(cases: str, max_n: int | None = None) -> list[AttnCase]:
+    return [c for c in _plan(ATTN_CASES, cases) if (memfit.HAS_GPU or not c.gpu) and (max_n is None or c.n <= max_n)]
+
+
+def _inputs(case: AttnCase, seed: int, q_scale=None):
+    return _qkv(case.b, case.h, case.n, case.d, case.dtype, seed, case.q_scale if q_scale is None else q_scale,
+                case.layout)
 
 
 # ---------------------------------------------------------------------------------- online softmax
@@ -91,16 +193,43 @@ def _one_pass(blocks):
     yield from blocks
 
 
+@dataclass(frozen=True)
+class SoftmaxCase:
+    rows: int
+    widths: tuple
+    offset: float  # added to every value: 500 or 1000 overflow exp without the max, -800 underflows it
+    pattern: str | None  # -inf entries: "first" (whole leading blocks of some rows), "scattered"
+    slot: int
+    hidden: bool = False
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return _dtype(self.slot)
+
+    def axes(self) -> dict:
+        w = self.widths
+        shape = (["one"] if len(w) == 1 else ["several"]) + (["width 1"] if 1 in w else []) + \
+                (["uneven widths"] if len(set(w)) > 1 else [])
+        return {"dtype": _name(self.dtype), "blocks": tuple(shape), "rows": "one" if self.rows == 1 else "several",
+                "values": "moderate" if self.offset == 0 else "large positive" if self.offset > 0 else "large negative",
+                "-inf entries": self.pattern or "none"}
+
+
+SOFTMAX_CASES = [
+    SoftmaxCase(4, (8, 8, 8, 8, 5), 0.0, None, 0), SoftmaxCase(3, (100, 100), 500.0, None, 1),
+    SoftmaxCase(5, (4, 4, 4), 0.0, "first", 0), SoftmaxCase(1, (7,), -300.0, None, 1),
+    SoftmaxCase(2, (1, 3, 1, 2), 0.0, "scattered", 1), SoftmaxCase(3, (6, 6), 0.0, "first", 2),
+    SoftmaxCase(7, (1,) * 13, 0.0, None, 0, True), SoftmaxCase(2, (64, 3), -800.0, None, 1, True),
+    SoftmaxCase(6, (16, 16, 16, 16), 0.0, "scattered", 0, True), SoftmaxCase(3, (5, 5, 5, 5), 1000.0, "first", 1, True),
+    SoftmaxCase(1, (30,), 0.0, None, 0, True), SoftmaxCase(4, (9, 2), 0.0, "first", 2, True),
+]
+
+
 def check_online_softmax(online_softmax_stats, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    plan = []  # (rows, widths of the blocks, offset, -inf pattern)
-    if visible:
-        plan += [(4, [8, 8, 8, 8, 5], 0.0, None), (3, [100, 100], 500.0, None), (5, [4, 4, 4], 0.0, "first")]
-    if hidden:
-        plan += [(7, [1] * 13, 0.0, None), (2, [64, 3], -800.0, None), (6, [16, 16, 16, 16], 0.0, "scattered"),
-                 (3, [5, 5, 5, 5], 1000.0, "first")]
-    for seed, (rows, widths, offset, pattern) in enumerate(plan):
-        x = _randn((rows, sum(widths)), torch.float32, seed, scale=4.0) + offset
+    records = _plan(SOFTMAX_CASES, cases)  # a third-dtype case runs in fp32 where there is no bf16
+    for seed, case in enumerate(records):
+        rows, widths, offset, pattern = case.rows, list(case.widths), case.offset, case.pattern
+        x = (_randn((rows, sum(widths)), torch.float32, seed, scale=4.0) + offset).to(case.dtype)
         if pattern == "first":  # some rows see only -inf in the first blocks (left padding)
             x[::2, : sum(widths[:-1])] = float("-inf")
         elif pattern == "scattered":
@@ -108,10 +237,14 @@ def check_online_softmax(online_softmax_stats, cases: str = "visible") -> None:
             masked = torch.rand(x.shape, generator=gen) < 0.5
             masked[:, -1] = False
             x[masked.to(x.device)] = float("-inf")
-        what = f"online_softmax_stats over {rows} rows in blocks of widths {widths}" + (
+        what = f"online_softmax_stats over {rows} rows of {_name(case.dtype)} in blocks of widths {widths}" + (
             f", values near {offset:g}" if offset else "") + (f", -inf entries ({pattern})" if pattern else "")
-        got = _expect_pair(call_learner(online_softmax_stats, _one_pass(list(x.split(widths, dim=1))), what=what),
-                           what, "m, l")
+
+        @functools.wraps(online_softmax_stats)
+        def over_a_generator(*blocks):
+            return online_softmax_stats(_one_pass(blocks))
+
+        got = _expect_pair(call_pure(over_a_generator, *x.split(widths, dim=1), what=what), what, "m, l")
         m, l = got
         exact_m = x.double().amax(dim=1)
         expect_like(m, exact_m.float(), what + ", m")
@@ -120,87 +253,143 @@ def check_online_softmax(online_softmax_stats, cases: str = "visible") -> None:
             raise CheckFailed(f"{what}: m should be each row's maximum; row {bad}: expected {exact_m[bad].item():g}, "
                               f"got {m[bad].item():g}")
         exact_l = torch.exp(x.double() - exact_m[:, None]).sum(dim=1)
-        same_l = torch.exp(x - x.amax(dim=1, keepdim=True)).sum(dim=1)
+        xf = x.float()
+        same_l = torch.exp(xf - xf.amax(dim=1, keepdim=True)).sum(dim=1)
         assert_close_by_rule(l, exact_l, same_l, what + ", l (the sum of exp(x - m))")
 
 
 # ---------------------------------------------------------------------------------- tiled attention
 
+@dataclass(frozen=True)
+class MemCase:
+    """One memory measurement: a sequence length (CPU; x16 on a GPU), a dtype slot, a mask."""
+    n: int
+    slot: int
+    causal: bool
+    hidden: bool = False
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return _dtype(self.slot)
+
+    @property
+    def seq(self) -> int:
+        return self.n * 16 if memfit.HAS_GPU else self.n
+
+    def axes(self) -> dict:
+        return {"memory dtype": _name(self.dtype), "memory causal": self.causal}
+
+
+# Lengths not used by the numerics cases (a cache keyed by size cannot hide), visible and hidden apart.
+MEM_CASES = [MemCase(128, 0, True), MemCase(112, 1, False), MemCase(144, 2, True),
+             MemCase(160, 1, True, True), MemCase(176, 0, False, True), MemCase(208, 2, False, True)]
+
+
+def _mem_plan(cases: str) -> list[MemCase]:
+    return [c for c in _plan(MEM_CASES, cases) if _slot_exists(c.slot)]
+
+
 def check_attention_tiled(attention_tiled, cases: str = "visible") -> None:
-    visible, _ = check_cases(cases)
-    tiles = [(16, 8), (8, 16), (32, 32), (64, 64), (16, 16)]
-    plan = [(shape, dtype) for shape, dtype in _plan(cases) if shape[2] <= 1000]
-    for seed, ((b, h, n, d, causal, q_scale), dtype) in enumerate(plan):
-        block_m, block_n = tiles[seed % len(tiles)]
-        q, k, v = _qkv(b, h, n, d, dtype, 10 * seed, q_scale)
-        what = (f"attention_tiled{_describe(b, h, n, d, causal, dtype, q_scale)} with block_m={block_m}, "
-                f"block_n={block_n}")
-        o, lse = _expect_pair(call_learner(attention_tiled, q, k, v, causal, block_m, block_n, what=what), what,
-                              "o, lse")
-        exact_o, exact_lse = _exact(q, k, v, causal)
-        same_o, same_lse = _torch_same(q, k, v, causal)
+    for seed, case in enumerate(_attn_plan(cases, max_n=1000)):
+        q, k, v = _inputs(case, 10 * seed)
+        if case.tiles is None:
+            what = f"attention_tiled{case.describe()} with the default block sizes"
+            args = (q, k, v, case.causal)
+        else:
+            what = f"attention_tiled{case.describe()} with block_m={case.tiles[0]}, block_n={case.tiles[1]}"
+            args = (q, k, v, case.causal, *case.tiles)
+        o, lse = _expect_pair(call_pure(attention_tiled, *args, what=what), what, "o, lse")
+        exact_o, exact_lse = _exact(q, k, v, case.causal)
+        same_o, same_lse = _torch_same(q, k, v, case.causal)
         assert_close_by_rule(o, exact_o, same_o, what + ", o")
         _check_lse(lse, q, exact_lse, same_lse, what)
-    if visible:
-        b, h, n, d, block = 1, 2, (2048 if memfit.HAS_GPU else 512), 32, 64
-        q, k, v = _qkv(b, h, n, d, torch.float32, 99)
-        what = f"attention_tiled(B={b}, H={h}, N={n}, d={d}, fp32, block_m=block_n={block})"
-        _, report = measure_peak(lambda: call_learner(attention_tiled, q, k, v, True, block, block, what=what),
+    for i, case in enumerate(_mem_plan(cases)):
+        n = case.seq if memfit.HAS_GPU else 2 * case.seq  # a Python loop per tile: on a GPU, launches
+        b, h, d, block = 1, 2, 32, (32, 32) if i % 2 == 0 else (16, 32)
+        q, k, v = _qkv(b, h, n, d, case.dtype, 99 + i)
+        what = (f"attention_tiled(B={b}, H={h}, N={n}, d={d}, {'causal' if case.causal else 'not causal'}, "
+                f"{_name(case.dtype)}, block_m={block[0]}, block_n={block[1]})")
+        _, report = measure_peak(lambda: call_learner(attention_tiled, q, k, v, case.causal, *block, what=what),
                                  device=memfit.DEVICE, warmup=False)
-        outputs = b * h * n * (d + 1) * 4
-        tile_work = 8 * b * h * (block * block + 2 * block * d) * 4
+        outputs = b * h * n * (d * q.element_size() + 4)
+        tile_work = 8 * b * h * (block[0] * block[1] + 2 * max(block) * d) * 4
         if report.peak_bytes > outputs + tile_work:
             raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds o and lse "
-                              f"({format_bytes(outputs)}) plus a few tiles ({format_bytes(tile_work)}); the full "
-                              f"score matrix alone is {format_bytes(b * h * n * n * 4)}: keep S and P to one "
+                              f"({format_bytes(outputs)}) plus a few fp32 tiles ({format_bytes(tile_work)}); the "
+                              f"full score matrix alone is {format_bytes(b * h * n * n * 4)}: keep S and P to one "
                               "(block_m x block_n) tile at a time")
+        _check_kept(report, 0, what, "o and lse")
 
 
 # ------------------------------------------------------------------------------------- Triton forward
 
+@dataclass(frozen=True)
+class InvalidCase:
+    """Arguments flash_attention_forward must refuse with a ValueError."""
+    bad: str  # "length", "dtype", "head_dim"
+    hidden: bool = False
+
+    def axes(self) -> dict:
+        return {"invalid input": self.bad}
+
+
+INVALID_CASES = [InvalidCase("length"), InvalidCase("dtype"), InvalidCase("head_dim"),
+                 InvalidCase("length", True), InvalidCase("dtype", True), InvalidCase("head_dim", True)]
+
+
+def _expect_invalid(flash_attention_forward, case: InvalidCase) -> None:
+    n, d = (20, 32) if not case.hidden else (9, 16)
+    q, k, v = _qkv(1, 2, n, d, torch.float32, 5)
+    if case.bad == "length":
+        args, what, why = ((q, k[:, :, :-1], v) if not case.hidden else (q, k, v[:, :, 1:]),
+                           "k shorter than q" if not case.hidden else "v shorter than q", "naming the shapes")
+    elif case.bad == "dtype":
+        args, what, why = ((q, k, v.half()) if not case.hidden else (q.half(), k, v),
+                           "v in fp16 and q, k in fp32" if not case.hidden else "q in fp16 and k, v in fp32",
+                           "naming the dtypes")
+    else:
+        wide = _randn((1, 1, 4, 256 if not case.hidden else 192), torch.float32, 6)
+        args, what, why = (wide, wide, wide), f"head_dim {wide.shape[-1]}", "naming the head dim limit"
+    expect_value_error(flash_attention_forward, *args, what=f"flash_attention_forward with {what}", why=why)
+
+
 def check_flash_forward(flash_attention_forward, cases: str = "visible") -> None:
-    visible, _ = check_cases(cases)
-    for seed, ((b, h, n, d, causal, q_scale), dtype) in enumerate(_plan(cases)):
-        q, k, v = _qkv(b, h, n, d, dtype, 10 * seed, q_scale)
-        what = f"flash_attention_forward{_describe(b, h, n, d, causal, dtype, q_scale)}"
-        with poisoned_allocations():
-            got = call_learner(flash_attention_forward, q, k, v, causal, what=what)
+    for seed, case in enumerate(_attn_plan(cases)):
+        q, k, v = _inputs(case, 10 * seed)
+        what = f"flash_attention_forward{case.describe()}"
+        with guarded_allocations():
+            got = call_pure(flash_attention_forward, q, k, v, case.causal, what=what)
         o, lse = _expect_pair(got, what, "o, lse")
-        exact_o, exact_lse = _exact(q, k, v, causal)
-        same_o, same_lse = _torch_same(q, k, v, causal)
+        exact_o, exact_lse = _exact(q, k, v, case.causal)
+        same_o, same_lse = _torch_same(q, k, v, case.causal)
         assert_close_by_rule(o, exact_o, same_o, what + ", o")
         _check_lse(lse, q, exact_lse, same_lse, what)
-    if visible:
-        q, k, v = _qkv(1, 2, 20, 32, torch.float32, 5)
-        expect_value_error(flash_attention_forward, q, k[:, :, :-1], v,
-                           what="flash_attention_forward with k shorter than q", why="naming the shapes")
-        expect_value_error(flash_attention_forward, q, k, v.half(),
-                           what="flash_attention_forward with v in fp16 and q, k in fp32", why="naming the dtypes")
-        wide = _randn((1, 1, 4, 256), torch.float32, 6)
-        expect_value_error(flash_attention_forward, wide, wide, wide,
-                           what="flash_attention_forward with head_dim 256", why="naming the head dim limit")
+    for case in _plan(INVALID_CASES, cases):
+        _expect_invalid(flash_attention_forward, case)
 
 
-def _memory_shape():
-    return (1, 2, 2048, 64) if memfit.HAS_GPU else (1, 2, 256, 64)
+_MEM_BHD = (1, 2, 64)
 
 
 def check_flash_forward_memory(flash_attention_forward, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    b, h, n, d = _memory_shape()
-    plan = ([(torch.float32, True)] if visible else []) + ([(training_half(), False)] if hidden else [])
-    for dtype, causal in plan:
-        q, k, v = _qkv(b, h, n, d, dtype, 21)
-        what = f"flash_attention_forward{_describe(b, h, n, d, causal, dtype)}"
-        (o, lse), report = measure_peak(lambda: call_learner(flash_attention_forward, q, k, v, causal, what=what),
-                                        device=memfit.DEVICE)
+    for i, case in enumerate(_mem_plan(cases)):
+        (b, h, d), n = _MEM_BHD, case.seq
+        q, k, v = _qkv(b, h, n, d, case.dtype, 21 + i)
+        what = (f"flash_attention_forward(B={b}, H={h}, N={n}, d={d}, {'causal' if case.causal else 'not causal'}, "
+                f"{_name(case.dtype)})")
+        (o, lse), report = measure_peak(
+            lambda: call_learner(flash_attention_forward, q, k, v, case.causal, what=what), device=memfit.DEVICE)
         budget = math.ceil(1.05 * (q.numel() * q.element_size() + b * h * n * 4))
         if report.peak_bytes > budget:
             raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds o and lse "
                               f"({format_bytes(budget)} with 5%); the scores alone would be "
-                              f"{format_bytes(b * h * n * n * 4)}: keep every tile in the kernel")
-        _, report = measure_peak(lambda: call_learner(flash_attention_forward, q, k, v, causal, what=what),
-                                 device=memfit.DEVICE, meter=LIVE_TENSORS, warmup=False)
+                              f"{format_bytes(b * h * n * n * 4)}: keep every tile in the kernel, and write o in "
+                              "q's dtype from the kernel (no copies of q, k, v or o in PyTorch)")
+        _check_kept(report, 0, what, "o and lse")
+        del o, lse
+        if report.ops is None or report.meter != LIVE_TENSORS:
+            _, report = measure_peak(lambda: call_learner(flash_attention_forward, q, k, v, case.causal, what=what),
+                                     device=memfit.DEVICE, meter=LIVE_TENSORS, warmup=False)
         expect_no_torch_arithmetic(report.ops, what, "the attention belongs in your Triton kernel")
 
 
@@ -227,86 +416,174 @@ def _exact_and_same_grads(q, k, v, do, causal):
     return grads["exact"], grads["same"]
 
 
+def _upstream(case: AttnCase, exact_o: torch.Tensor, seed: int) -> torch.Tensor:
+    noise = _randn(tuple(exact_o.shape), case.dtype, seed)
+    do = (2 * exact_o + 0.05 * noise.double()).to(case.dtype) if case.do_aligned else noise
+    return _in_layout(do, case.layout)
+
+
 def check_flash_backward(flash_attention_backward, cases: str = "visible") -> None:
-    visible, _ = check_cases(cases)
-    for seed, ((b, h, n, d, causal, q_scale), dtype) in enumerate(_plan(cases)):
+    for seed, case in enumerate(_attn_plan(cases)):
         # Backward exponentiates S - lse <= 0 whatever the logits: no overflow to provoke. Logits near 100 only
         # make fp32 gradients ill-conditioned (PyTorch's own error is then noise), so peaked but moderate ones.
-        q_scale = min(q_scale, 4.0)
-        q, k, v = _qkv(b, h, n, d, dtype, 10 * seed, q_scale)
-        do = _randn((b, h, n, d), dtype, 10 * seed + 7)
-        exact_o, exact_lse = _exact(q, k, v, causal)
-        o, lse = exact_o.to(dtype), exact_lse.float()
-        what = f"flash_attention_backward{_describe(b, h, n, d, causal, dtype, q_scale)}"
-        with poisoned_allocations():
-            got = call_learner(flash_attention_backward, do, q, k, v, o, lse, causal, what=what)
+        q_scale = min(case.q_scale, 4.0)
+        q, k, v = _inputs(case, 10 * seed, q_scale)
+        exact_o, exact_lse = _exact(q, k, v, case.causal)
+        do = _upstream(case, exact_o, 10 * seed + 7)
+        o, lse = _in_layout(exact_o.to(case.dtype), case.layout), exact_lse.float()
+        what = f"flash_attention_backward{case.describe(q_scale)}" + (
+            ", dO = 2·o + noise" if case.do_aligned else "")
+        with guarded_allocations():
+            got = call_pure(flash_attention_backward, do, q, k, v, o, lse, case.causal, what=what)
         if not (isinstance(got, tuple) and len(got) == 3):
             raise CheckFailed(f"{what} should return (dq, dk, dv), got {type(got).__name__}")
-        exact, same = _exact_and_same_grads(q, k, v, do, causal)
+        exact, same = _exact_and_same_grads(q, k, v, do, case.causal)
         for name, mine, e, s in zip(("dq", "dk", "dv"), got, exact, same):
-            assert_close_by_rule(mine, e, s, f"{what}, {name}", floor_ulps=_gradient_floor_ulps(dtype, n))
-    if visible:
-        b, h, n, d = _memory_shape()
-        for causal in (False, True):
-            q, k, v = _qkv(b, h, n, d, torch.float32, 31)
-            do = _randn((b, h, n, d), torch.float32, 32)
-            exact_o, exact_lse = _exact(q, k, v, causal)
-            o, lse = exact_o.float(), exact_lse.float()
-            what = f"flash_attention_backward{_describe(b, h, n, d, causal, torch.float32)}"
+            assert_close_by_rule(mine, e, s, f"{what}, {name}", floor_ulps=_gradient_floor_ulps(case.dtype, case.n))
+    for i, case in enumerate(_mem_plan(cases)):
+        (b, h, d), n = _MEM_BHD, case.seq
+        q, k, v = _qkv(b, h, n, d, case.dtype, 31 + i)
+        do = _randn((b, h, n, d), case.dtype, 32 + i)
+        exact_o, exact_lse = _exact(q, k, v, case.causal)
+        o, lse = exact_o.to(case.dtype), exact_lse.float()
+        del exact_o, exact_lse
+        what = (f"flash_attention_backward(B={b}, H={h}, N={n}, d={d}, {'causal' if case.causal else 'not causal'}, "
+                f"{_name(case.dtype)})")
+        grads, report = measure_peak(
+            lambda: call_learner(flash_attention_backward, do, q, k, v, o, lse, case.causal, what=what),
+            device=memfit.DEVICE)
+        budget = math.ceil(1.05 * (3 * q.numel() * q.element_size() + b * h * n * 4))
+        if report.peak_bytes > budget:
+            raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds dq, dk, dv "
+                              f"and one fp32 delta per row ({format_bytes(budget)} with 5%): recompute P in the "
+                              "kernels, compute delta = rowsum(do * o) in a kernel too, and write the gradients in "
+                              "q's dtype from the kernels")
+        _check_kept(report, 0, what, "dq, dk and dv")
+        del grads
+        if report.ops is None or report.meter != LIVE_TENSORS:
             _, report = measure_peak(
-                lambda: call_learner(flash_attention_backward, do, q, k, v, o, lse, causal, what=what),
-                device=memfit.DEVICE)
-            budget = math.ceil(1.05 * (3 * q.numel() * 4 + b * h * n * 4))
-            if report.peak_bytes > budget:
-                raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds dq, dk, dv "
-                                  f"and one fp32 delta per row ({format_bytes(budget)} with 5%): recompute P in the "
-                                  "kernels, and compute delta = rowsum(do * o) in a kernel too")
-            _, report = measure_peak(
-                lambda: call_learner(flash_attention_backward, do, q, k, v, o, lse, causal, what=what),
+                lambda: call_learner(flash_attention_backward, do, q, k, v, o, lse, case.causal, what=what),
                 device=memfit.DEVICE, meter=LIVE_TENSORS, warmup=False)
-            expect_no_torch_arithmetic(report.ops, what, "delta and the gradients belong in your Triton kernels")
+        expect_no_torch_arithmetic(report.ops, what, "delta and the gradients belong in your Triton kernels")
 
 
 # ------------------------------------------------------------------------ autograd: numerics and memory
 
+@dataclass(frozen=True)
+class AutogradCase:
+    """Forward + backward through flash_attention: (B, N, H, d) projections viewed as (B, H, N, d), or not."""
+    b: int
+    n: int
+    h: int
+    d: int
+    causal: bool
+    slot: int
+    layout: str
+    hidden: bool = False
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return _dtype(self.slot)
+
+    def axes(self) -> dict:
+        return {"dtype": _name(self.dtype), "causal": self.causal, "layout": self.layout}
+
+
+AUTOGRAD_CASES = [AutogradCase(1, 40, 2, 32, True, 0, "transposed"), AutogradCase(1, 24, 1, 16, False, 1, "transposed"),
+                  AutogradCase(1, 20, 2, 32, False, 2, "contiguous"), AutogradCase(2, 9, 1, 64, True, 1, "contiguous"),
+                  AutogradCase(2, 70, 3, 64, False, 1, "transposed", True),
+                  AutogradCase(1, 50, 2, 80, True, 0, "transposed", True),
+                  AutogradCase(1, 33, 2, 16, True, 2, "contiguous", True),
+                  AutogradCase(2, 21, 1, 32, False, 0, "contiguous", True)]
+
+
+def _blame(flash_attention, run_case, exc: CheckFailed):
+    """The failure of `run_case(flash_attention)`, with the cell at fault named where the course's forward or
+    backward in place of the learner's makes the case pass (flash_attention itself is given code)."""
+    if isinstance(exc, NotImplementedYet):
+        return exc
+    for name in ("flash_attention_backward", "flash_attention_forward"):
+        with given_references(flash_attention, **{name: getattr(REFERENCE, name)}) as swap:
+            if not swap.replacements:
+                continue
+            try:
+                run_case(flash_attention)
+            except Exception:  # noqa: BLE001  (still failing: not this cell alone)
+                continue
+        return CheckFailed(f"{exc} (with the course's {name} in place of yours this case passes: the bug is in "
+                           f"your {name} cell)")
+    return exc
+
+
+def _autograd_numerics(flash_attention, case: AutogradCase, seed: int) -> None:
+    b, n, h, d = case.b, case.n, case.h, case.d
+    layout = case.layout
+    q, k, v = (_in_layout(_randn((b, h, n, d), case.dtype, 40 + 3 * seed + i), layout) for i in range(3))
+    do = _in_layout(_randn((b, h, n, d), case.dtype, 50 + seed), layout)  # the gradient arrives in the same layout
+    what = (f"flash_attention(B={b}, H={h}, N={n}, d={d}, {'causal' if case.causal else 'not causal'}, "
+            f"{_name(case.dtype)}) on " + ("transposed (B, N, H, d) inputs and dO" if layout == "transposed"
+                                           else "contiguous inputs"))
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    out = call_learner(flash_attention, *leaves, case.causal, what=what)
+    exact_o, _ = _exact(q, k, v, case.causal)
+    assert_close_by_rule(out, exact_o, F.scaled_dot_product_attention(q, k, v, is_causal=case.causal), what + ", o")
+    call_learner(out.backward, do, what=what + ", backward")
+    exact, same = _exact_and_same_grads(q, k, v, do, case.causal)
+    for name, leaf, e, s in zip(("q.grad", "k.grad", "v.grad"), leaves, exact, same):
+        assert_close_by_rule(leaf.grad, e, s, f"{what}, {name}", floor_ulps=_gradient_floor_ulps(case.dtype, n))
+
+
+def _autograd_memory(flash_attention, case: MemCase, seed: int) -> None:
+    """Forward and backward measured apart: forward may keep o (its result) and the lse (4 bytes per query row)
+    beyond the inputs; backward may add dq, dk, dv and delta, and leave only the gradients."""
+    b, h, n, d = (1, 16, 2 * case.seq, 64) if memfit.HAS_GPU else (1, 2, 2 * case.seq, 32)
+    q, k, v = (_randn((b, h, n, d), case.dtype, 60 + seed + i).requires_grad_(True) for i in range(3))
+    do = _randn((b, h, n, d), case.dtype, 63 + seed)
+    what = (f"flash_attention(B={b}, H={h}, N={n}, d={d}, {'causal' if case.causal else 'not causal'}, "
+            f"{_name(case.dtype)})")
+    tensor, rows = q.numel() * q.element_size(), b * h * n * 4
+    out, report = measure_peak(lambda: call_learner(flash_attention, q, k, v, case.causal, what=what + " forward"),
+                               device=memfit.DEVICE, warmup=False)
+    budget = math.ceil(1.05 * (tensor + rows))
+    if report.peak_bytes > budget:
+        raise CheckFailed(f"{what} forward: peak extra memory {format_bytes(report.peak_bytes)} exceeds o and lse "
+                          f"({format_bytes(budget)} with 5%); naive attention would keep "
+                          f"{format_bytes(b * h * n * n * q.element_size())} for P alone: no N x N tensor, and no "
+                          "copies of q, k, v or o in forward")
+    if report.kept_bytes > rows + KEPT_SLACK:
+        raise CheckFailed(f"{what} forward: {format_bytes(report.kept_bytes)} saved for backward beyond q, k, v and o "
+                          f"(allowed: the lse, {format_bytes(rows)}): save q, k, v, o and lse as they are, no "
+                          "converted copies")
+
+    def backward():
+        call_learner(out.backward, do, what=what + " backward")
+        return q.grad, k.grad, v.grad
+
+    _, report = measure_peak(backward, device=memfit.DEVICE, warmup=False)
+    budget = math.ceil(1.05 * (3 * tensor + rows))
+    if report.peak_bytes > budget:
+        raise CheckFailed(
+            f"{what} backward: peak extra memory {format_bytes(report.peak_bytes)} exceeds dq, dk, dv and delta "
+            f"({format_bytes(budget)} with 5%); naive attention would keep {format_bytes(b * h * n * n * q.element_size())} "
+            "for P alone: recompute P tile by tile in the kernels, from q, k, v, o and lse")
+    _check_kept(report, 0, what + " backward", "q.grad, k.grad and v.grad")
+    if report.meter != LIVE_TENSORS:  # on a GPU: once more, forward + backward, under the live-tensor meter
+        for t in (q, k, v):
+            t.grad = None
+        out = call_learner(flash_attention, q, k, v, case.causal, what=what + " forward")
+        _, report = measure_peak(backward, device=memfit.DEVICE, warmup=False, meter=LIVE_TENSORS)
+    expect_no_torch_arithmetic(report.ops, what + " backward", "delta and the gradients belong in your Triton kernels")
+
+
 def check_flash_attention_memory(flash_attention, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    # Through autograd, in a transformer's layout: (B, N, H, d) projections viewed as (B, H, N, d).
-    layouts = ([(1, 40, 2, 32, True, torch.float32)] if visible else []) + \
-              ([(2, 70, 3, 64, False, dtype) for dtype in _dtypes(True)] if hidden else [])
-    for seed, (b, n, h, d, causal, dtype) in enumerate(layouts):
-        q, k, v = (_randn((b, n, h, d), dtype, 40 + 3 * seed + i).transpose(1, 2) for i in range(3))
-        do = _randn((b, h, n, d), dtype, 50 + seed)
-        what = f"flash_attention{_describe(b, h, n, d, causal, dtype)} on transposed (B, N, H, d) inputs"
-        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-        out = call_learner(flash_attention, *leaves, causal, what=what)
-        exact_o, _ = _exact(q, k, v, causal)
-        assert_close_by_rule(out, exact_o, F.scaled_dot_product_attention(q, k, v, is_causal=causal), what + ", o")
-        call_learner(out.backward, do, what=what + ", backward")
-        exact, same = _exact_and_same_grads(q, k, v, do, causal)
-        for name, leaf, e, s in zip(("q.grad", "k.grad", "v.grad"), leaves, exact, same):
-            assert_close_by_rule(leaf.grad, e, s, f"{what}, {name}", floor_ulps=_gradient_floor_ulps(dtype, n))
-    b, h, n, d = (1, 16, 4096, 64) if memfit.HAS_GPU else (1, 2, 512, 32)
-    plan = ([(torch.float32 if not memfit.HAS_GPU else training_half(), True)] if visible else []) + \
-           ([(torch.float32, False)] if hidden else [])
-    for dtype, causal in plan:
-        q, k, v = (_randn((b, h, n, d), dtype, 60 + i).requires_grad_(True) for i in range(3))
-        do = _randn((b, h, n, d), dtype, 63)
-        what = f"flash_attention forward + backward{_describe(b, h, n, d, causal, dtype)}"
-
-        def forward_backward():
-            call_learner(flash_attention, q, k, v, causal, what=what).backward(do)
-
-        # No warm-up call: its gradients would sit in .grad, inside the baseline.
-        _, report = measure_peak(lambda: call_learner(forward_backward, what=what), device=memfit.DEVICE,
-                                 warmup=False)
-        tensor = q.numel() * q.element_size()
-        budget = math.ceil(1.05 * (4 * tensor + 2 * b * h * n * 4))  # o, dq, dk, dv; lse and delta in fp32
-        if report.peak_bytes > budget:
-            raise CheckFailed(
-                f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds o, lse, delta, dq, dk, dv "
-                f"({format_bytes(budget)} with 5%); naive attention would keep "
-                f"{format_bytes(b * h * n * n * q.element_size())} for P alone: save only q, k, v, o and lse")
+    runs = [functools.partial(_autograd_numerics, case=case, seed=seed)
+            for seed, case in enumerate(c for c in _plan(AUTOGRAD_CASES, cases) if _slot_exists(c.slot))]
+    runs += [functools.partial(_autograd_memory, case=case, seed=seed) for seed, case in enumerate(_mem_plan(cases))]
+    for run in runs:
+        try:
+            run(flash_attention)
+        except CheckFailed as exc:
+            raise _blame(flash_attention, run, exc) from None
 
 
 # On a GPU the first grading run compiles every kernel variant the cases need (a few seconds each, minutes
@@ -319,6 +596,58 @@ CHECKS = [
     Check("flash_backward", 4, check_flash_backward, uses=("flash_attention_backward",), timeout_s=600),
     Check("flash_attention_memory", 2, check_flash_attention_memory, uses=("flash_attention",), timeout_s=600),
 ]
+
+
+# ------------------------------------------------------------------------------------------------ axes
+
+def _names(values) -> tuple:
+    return tuple(_name(v) for v in values)
+
+
+_SHAPE_AXES = {"causal": (False, True), "layout": ("contiguous", "transposed"),
+               "N": ("1", "not a multiple of 16", "a multiple of 32"),
+               "head_dim": ("a power of two <= 64", "128", "not a power of two (BLOCK_D > d)"),
+               "batch x heads": ("1", "several"), "logits": ("moderate", "large")}
+_MEM_AXES = {"memory dtype": None, "memory causal": (False, True)}
+
+
+def _axes() -> dict:
+    dtypes = {"dtype": _names(_dtypes())}
+    mem = {**_MEM_AXES, "memory dtype": _names(_dtypes())}
+    return {
+        "online_softmax": {**dtypes, "blocks": ("one", "several", "width 1", "uneven widths"),
+                           "rows": ("one", "several"), "values": ("moderate", "large positive", "large negative"),
+                           "-inf entries": ("none", "first", "scattered")},
+        "attention_tiled": {**dtypes, **_SHAPE_AXES, **mem,
+                            "tiles": ("block_m = block_n", "block_m > block_n", "block_m < block_n", "defaults")},
+        "flash_forward": {**dtypes, **_SHAPE_AXES, "invalid input": ("length", "dtype", "head_dim")},
+        "flash_forward_memory": mem,
+        "flash_backward": {**dtypes, **_SHAPE_AXES, **mem, "dO": ("random", "aligned with o (large delta)")},
+        "flash_attention_memory": {**dtypes, "causal": (False, True), "layout": ("contiguous", "transposed"), **mem},
+    }
+
+
+AXES = _axes()
+
+
+def case_axes(check: str, cases: str) -> list[dict]:
+    """The cases `check` runs under `cases` ("visible" or "hidden"), each as {axis: value}: read from the same
+    records the check iterates over."""
+    mem = [c.axes() for c in _mem_plan(cases)]
+    if check == "online_softmax":
+        return [c.axes() for c in _plan(SOFTMAX_CASES, cases)]
+    if check == "attention_tiled":
+        return [c.axes(check) for c in _attn_plan(cases, max_n=1000)] + mem
+    if check == "flash_forward":
+        return [c.axes(check) for c in _attn_plan(cases)] + [c.axes() for c in _plan(INVALID_CASES, cases)]
+    if check == "flash_forward_memory":
+        return mem
+    if check == "flash_backward":
+        return [c.axes(check) for c in _attn_plan(cases)] + mem
+    if check == "flash_attention_memory":
+        return [c.axes() for c in _plan(AUTOGRAD_CASES, cases) if _slot_exists(c.slot)] + mem
+    raise KeyError(check)
+
 
 _FORWARD = {"q_ptr": "*{dtype}", "k_ptr": "*{dtype}", "v_ptr": "*{dtype}", "o_ptr": "*{dtype}", "lse_ptr": "*fp32",
             "n": "i32", "d": "i32", "qk_scale": "fp32"}
