@@ -1,6 +1,7 @@
 """Lesson 07: the checks pass the reference, reject each mutant with a message a learner can act on,
 accept right alternatives, and report stubs as not implemented."""
 import pytest
+import torch
 
 from autograder import ROOT
 from autograder.checks import CheckFailed, NotImplementedYet
@@ -91,16 +92,49 @@ def test_convergence_rejects_an_optimizer_without_bias_correction():
         checks.check_adamw8bit_convergence(mutants.adam_no_bias_correction)
 
 
-# A PyTorch-written Q4_0 is right in its numbers (only the visible part's no-PyTorch rule rejects it): hidden cases.
+def test_q4_0_in_pytorch_is_right_in_its_numbers(monkeypatch):
+    """A PyTorch-written Q4_0 (without input validation) loses its points only to the memory cases' no-PyTorch rule
+    and the bad-input cases."""
+    monkeypatch.setattr(checks, "BLOCK_MEMORY_CASES", [])
+    monkeypatch.setattr(checks, "BLOCK_INVALID_CASES", [])
+    checks.check_q4_0(mutants.q4_quantize, mutants.q4_dequantize, cases="hidden")
+
+
+def test_a_dequantize_masked_by_block_writes_past_the_end():
+    with pytest.raises(CheckFailed, match=r"dequantized: a kernel wrote \d+ elements past the end of a tensor"):
+        checks.check_q8_0(ref.quantize_q8_0, mutants.q8_dequantize_masked_by_block)
+
+
+def test_a_cached_dequantized_weight_is_kept_memory():
+    with pytest.raises(CheckFailed, match=r"stayed allocated after the call"):
+        checks.check_int8_matmul_memory(mutants.mm_keeps_cache)
+
+
+def test_adamw8bit_is_graded_with_the_reference_blockwise():
+    checks.check_adamw8bit_step(mutants.adam_with_broken_blockwise, cases="visible")
+    assert mutants.quantize_blockwise.__module__ == mutants.__name__  # given back after the check
+
+
+def test_codes_at_exact_ties_round_half_away():
+    w = checks.weights("ties", (64,), 1).to(checks.memfit.DEVICE)
+    qt = checks.reference_q8_0(w)
+    checks._check_codes("q8_0", qt, w, "ties")
+    q = qt.data.long()
+    even = q - ((q.abs() % 2 == 1) & (q.abs() > 0)).long() * q.sign()  # an odd code at a tie: toward the even one
+    wrong = checks.lesson.Quantized("q8_0", even.to(torch.int8), qt.scales, qt.shape, qt.dtype)
+    with pytest.raises(CheckFailed, match=r"halves away from zero"):
+        checks._check_codes("q8_0", wrong, w, "ties")
+
+
+# Right alternatives, on every case.
 @pytest.mark.parametrize("check, right, cases", [
-    (checks.check_q4_0, (mutants.q4_quantize, mutants.q4_dequantize), "hidden"),
     (checks.check_adamw8bit_step, (mutants.adam_right_by_subclass,), "all"),
     (checks.check_q8_0, (mutants.q8_quantize_8_blocks, mutants.q8_dequantize_8_blocks), "all"),
     (checks.check_q4_0, (mutants.q4_quantize_8_blocks, mutants.q4_dequantize_8_blocks), "all"),
     (checks.check_int8_matmul, (mutants.mm_other_tiles,), "all"),
     (checks.check_int8_matmul_memory, (mutants.mm_other_tiles,), "all"),
     (checks.check_blockwise, (mutants.bw_quantize_by_distance, mutants.bw_dequantize_by_take), "all"),
-], ids=["q4_0 in another form", "adamw8bit by subclass", "q8_0 in 8 blocks per program",
+], ids=["adamw8bit by subclass", "q8_0 in 8 blocks per program",
         "q4_0 in 8 blocks per program", "int8 matmul in other tiles", "int8 matmul memory in other tiles",
         "blockwise by distance and take"])
 def test_right_alternatives_pass(check, right, cases):

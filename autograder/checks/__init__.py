@@ -133,7 +133,9 @@ class given_references:
         fn = getattr(fn, "__func__", fn)
         self.namespace = getattr(fn, "__globals__", None)
         if self.namespace is None and isinstance(fn, type):  # a class: the module of its methods
-            methods = [m for m in vars(fn).values() if hasattr(getattr(m, "__func__", m), "__globals__")]
+            # (a decorated method, @torch.no_grad() step, is torch's wrapper: its __wrapped__ is the method)
+            methods = [getattr(m, "__wrapped__", m) for m in vars(fn).values()]
+            methods = [m for m in methods if hasattr(getattr(m, "__func__", m), "__globals__")]
             self.namespace = getattr(getattr(methods[0], "__func__", methods[0]), "__globals__", None) if methods else None
         self.replacements = {k: v for k, v in replacements.items() if self.namespace is not None and k in self.namespace}
         self.saved: dict = {}

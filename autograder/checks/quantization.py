@@ -1,45 +1,118 @@
 """Checks of lesson 07 (solutions/07_quantization.ipynb): Q8_0 and Q4_0 block formats in Triton, the weight-only
 int8 matmul, blockwise 8-bit states on the dynamic code, AdamW8bit, and its convergence against AdamW.
 
-Block formats: the round trip must stay within the format's bound (Q8_0: d/2 per value, Q4_0: |d|, d the block's
-stored scale) plus the rounding of the result to the output dtype, on Gaussian and heavy-tailed weights with
-outliers, blocks of zeros and lengths that are not a multiple of 32, in fp32, fp16 and bf16. The check decodes
-the learner's codes with its own decoder, so the layout is checked too, and the scales must be fp16(absmax / 127)
-(Q8_0) or fp16(m / -8) (Q4_0). The matmul follows the course's rule against float64; its memory check forbids a
-dequantized copy of the weight. The 8-bit states must hold the nearest level of the code, and AdamW8bit's first
-step must match AdamW (its update uses the fp32 states before they are rounded).
+Block formats: every code must be the one the format's rule gives for the scale actually stored (Q8_0: round(x / d)
+half away from zero, clamped to ±127; Q4_0: min(15, ⌊x/d + 8.5⌋); the padding of the last block: the code of 0;
+a block of zeros: d = 0 and codes 0 / 8), the scales fp16(absmax / 127) (Q8_0) or fp16(m / -8) with m's sign
+(Q4_0), and the round trip within the format's bound plus the rounding of the result to the output dtype. The
+cases cover Gaussian and heavy-tailed weights, blocks of zeros, blocks whose extreme is negative, exact ties,
+1 to 3 dimensions, non-contiguous views and lengths against the block of 32, in fp32, fp16 and bf16; guard
+regions around what the learner allocates catch a store past the end. The matmul follows the course's rule
+against float64 (on Triton's interpreter a dot left at TF32 is rounded to TF32, as a GPU would), for x of 1 to
+3 dimensions, strided, and tiles against ragged M, N and K; its memory check forbids a dequantized copy of the
+weight and any bytes kept after the call. The 8-bit states must hold the nearest level of the code, with the
+default and another block; AdamW8bit is graded with the reference quantize_blockwise / dequantize_blockwise (a
+bug there costs exercise 4's points only): its first step must match AdamW (the update uses the fp32 states
+before they are rounded), its states the nearest levels, over one chunk and several, and it may not touch the
+gradients.
+
+Each check iterates over case records (BLOCK_CASES, MATMUL_CASES, ...): AXES lists what each exercise's text lets
+vary, and case_axes reads the same records.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from dataclasses import dataclass
 
 import torch
 
 import memfit
-from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error
+import memfit.from_lessons.quantization as lesson  # the reference: imported before the grading child's guards
+from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error,
+                               given_references)
 from autograder.checks.numerics import assert_close_by_rule, expect_like, expect_no_torch_arithmetic
-from autograder.checks.numerics import case_dtypes as _dtypes, dtype_name as _name
-from autograder.checks.numerics import poisoned_allocations
+from autograder.checks.numerics import call_pure, dtype_name as _name, guarded_allocations, overlaps
 from autograder.checks.references import reference
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
 
 QK = 32
 FORMATS = {"q8_0": dict(code_dtype=torch.int8, code_bytes=32, bound=0.5),
            "q4_0": dict(code_dtype=torch.uint8, code_bytes=16, bound=1.0)}
-ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # the block formats run in bf16 even interpreted
+# The block formats run in bf16 even interpreted (the text: "in fp32, fp16 and bf16"); the profile's dtypes are a
+# subset. The matmul is graded in the profile's dtypes (Triton's interpreter cannot multiply bf16 tiles).
+ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+NAMES = {v: k for k, v in DTYPES.items()}
+PROFILE_DTYPES = tuple(NAMES[d] for d in memfit.profile().dtypes)
+KEPT_SLACK = 1024  # bytes a call may leave allocated (allocator rounding); a cached scratch is far more
 
 
 def _given():
     """The lesson's given code (not an exercise): Quantized, dynamic_code."""
-    import memfit.from_lessons.quantization as given
-    return given
+    return lesson
+
+
+def _plan(records, cases: str) -> list:
+    """The records `cases` runs: the visible ones, the hidden ones, or both ("all"); GPU-only records on a GPU."""
+    visible, hidden = check_cases(cases)
+    runs = {False: visible, True: hidden, None: visible or hidden}  # hidden=None: a case both parts run (once)
+    return [r for r in records if runs[r.hidden] and (memfit.HAS_GPU or not r.gpu_only)
+            and not (memfit.HAS_GPU and getattr(r, "cpu_only", False))]
+
+
+def _n_vs_block(n: int, block: int = QK) -> str:
+    if n == 1:
+        return "1"
+    if n < block:
+        return "below one block"
+    return "whole blocks" if n % block == 0 else "a partial last block"
+
+
+@contextlib.contextmanager
+def _guarded(what: str):
+    """guarded_allocations, its message prefixed with the call that wrote out of bounds."""
+    try:
+        with guarded_allocations():
+            yield
+    except CheckFailed as exc:
+        if str(exc).startswith("a kernel wrote"):
+            raise CheckFailed(f"{what}: {exc}") from None
+        raise
+
+
+def _quantized_tensors(obj) -> list[tuple[str, torch.Tensor]]:
+    return [(f"its {name}", getattr(obj, name)) for name in ("data", "scales")
+            if isinstance(getattr(obj, name, None), torch.Tensor)]
+
+
+def _call_pure_q(fn, *args, what: str):
+    """call_pure, and the same for the tensors inside Quantized arguments and results: inputs unchanged, the
+    result sharing no memory with an input."""
+    held = [(f"argument {i + 1}'s {name[4:]}", t) for i, a in enumerate(args) if not isinstance(a, torch.Tensor)
+            for name, t in _quantized_tensors(a)]
+    before = [t.detach().clone() for _, t in held]
+    result = call_pure(fn, *args, what=what)
+    for (name, t), old in zip(held, before):
+        if not torch.equal(t.detach(), old):
+            raise CheckFailed(f"{what}: {name} was changed by the call: leave the inputs as they were")
+    inputs = [(f"argument {i + 1}", a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)] + held
+    for out_name, out in _quantized_tensors(result):
+        for name, t in inputs:
+            if overlaps(out, t):
+                raise CheckFailed(f"{what}: the result's {out_name[4:]} shares memory with {name}: return new "
+                                  "tensors, not views of an input")
+    return result
 
 
 # ------------------------------------------------------------------------------------------ weights
 
-def weights(kind: str, shape, seed: int) -> torch.Tensor:
+def weights(kind: str, shape, seed: int, fmt: str = "q8_0") -> torch.Tensor:
     """fp32 test weights on the CPU. gaussian: std 0.02. heavy: Student's t (3 dof) x 0.01 with a few outliers
-    of 0.5. zeros: all zero. blocky: Gaussian with the first block zero and one outlier of 3.0."""
+    of 0.5. zeros: all zero. blocky: Gaussian with the first block zero and one outlier of 3.0. negative: Gaussian
+    where each block's extreme value is negative and a positive value of 0.98 its magnitude follows it (Q4_0
+    clamps that one). ties: scales that are powers of two in fp16 and values exactly halfway between two codes
+    (Q8_0: x / d = k + 0.5; Q4_0: x / d + 8.5 an integer)."""
     gen = torch.Generator().manual_seed(seed)
     n = math.prod(shape)
     if kind == "zeros":
@@ -52,6 +125,22 @@ def weights(kind: str, shape, seed: int) -> torch.Tensor:
     elif kind == "blocky":
         w[:QK] = 0
         w[min(n - 1, QK + 5)] = 3.0
+    elif kind == "negative":
+        for s in range(0, n, QK):
+            e = min(s + QK, n)
+            top = w[s:e].abs().max().item()
+            w[s + (s // QK) % (e - s)] = -1.5 * top - 0.01
+            if e - s > 1:
+                w[s + (s // QK + 1) % (e - s)] = 0.98 * (1.5 * top + 0.01)
+    elif kind == "ties":
+        if fmt == "q8_0":  # d = fp16(127 * 2^-7 / 127) = 2^-7; values (2k + 1) * 2^-8: x / d = k + 0.5
+            w = (2 * torch.randint(-127, 127, (n,), generator=gen) + 1).float() * 2.0**-8
+            extreme = 127 * 2.0**-7
+        else:  # d = -m / 8 = 2^-7 for m = -2^-4; values (j - 0.5) * 2^-7: x / d + 8.5 = j + 8
+            w = (torch.randint(-7, 9, (n,), generator=gen).float() - 0.5) * 2.0**-7
+            extreme = -(2.0**-4)
+        sign = torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0) if fmt == "q8_0" else torch.ones(n)
+        w[::QK] = extreme * sign[::QK]
     return w.view(shape)
 
 
@@ -60,22 +149,35 @@ def in_blocks(flat: torch.Tensor, block: int = QK) -> torch.Tensor:
     return torch.nn.functional.pad(flat, (0, (-flat.numel()) % block)).view(-1, block)
 
 
+def unpack(fmt: str, data: torch.Tensor) -> torch.Tensor:
+    """The codes of each block, (blocks, 32) int64: Q4_0's byte j holds value j (low) and value j + 16 (high)."""
+    data = data.long()
+    return data if fmt == "q8_0" else torch.cat([data & 15, data >> 4], dim=1)
+
+
 def decode(fmt: str, data: torch.Tensor, scales: torch.Tensor, n: int) -> torch.Tensor:
     """The check's own decoder: float64 values of a Q8_0 / Q4_0 tensor, flattened."""
     d = scales.double()[:, None]
-    if fmt == "q8_0":
-        values = data.double() * d
-    else:
-        codes = torch.cat([data & 15, data >> 4], dim=1).double()  # byte j: value j (low), value j + 16 (high)
-        values = (codes - 8) * d
+    codes = unpack(fmt, data).double()
+    values = codes * d if fmt == "q8_0" else (codes - 8) * d
     return values.reshape(-1)[:n]
 
 
+def _extremes(fmt: str, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per block: the expected |d| (fp16) and whether the sign of Q4_0's m is ambiguous (+a and -a both there)."""
+    blocks = in_blocks(w.detach().reshape(-1).float().cpu())
+    absmax = blocks.abs().amax(dim=1)
+    ambiguous = (blocks.amax(dim=1) == absmax) & (blocks.amin(dim=1) == -absmax)
+    return (absmax / (127 if fmt == "q8_0" else 8)).half(), ambiguous
+
+
 def _expected_scales(fmt: str, w: torch.Tensor) -> torch.Tensor:
-    """|d| per block as the format defines it: fp16(absmax / 127) for Q8_0, fp16(absmax / 8) for Q4_0."""
-    flat = w.detach().reshape(-1).float().cpu()
-    absmax = in_blocks(flat).abs().amax(dim=1)
-    return (absmax / (127 if fmt == "q8_0" else 8)).half()
+    """d per block as the format defines it: fp16(absmax / 127) for Q8_0, fp16(m / -8) for Q4_0 (signed)."""
+    blocks = in_blocks(w.detach().reshape(-1).float().cpu())
+    if fmt == "q8_0":
+        return (blocks.abs().amax(dim=1) / 127).half()
+    top, bottom = blocks.amax(dim=1), blocks.amin(dim=1)
+    return (torch.where(top >= -bottom, top, bottom) / -8).half()
 
 
 def _check_layout(fmt: str, qt, w: torch.Tensor, what: str) -> None:
@@ -101,17 +203,71 @@ def _check_layout(fmt: str, qt, w: torch.Tensor, what: str) -> None:
     if torch.isnan(got.float()).any():
         raise CheckFailed(f"{what}: {int(torch.isnan(got.float()).sum())} scales are NaN: never written (check the "
                           "mask of the scales' store) or a division by zero in a block of zeros")
+    magnitude, ambiguous = _extremes(fmt, w)
     expected = _expected_scales(fmt, w)
-    ulp = torch.finfo(torch.float16).eps * expected.float().abs().clamp_min(2.0**-24)
-    off = (got.float().abs() - expected.float()).abs() > ulp
+    ulp = torch.finfo(torch.float16).eps * magnitude.float().clamp_min(2.0**-24)
+    off = (got.float().abs() - magnitude.float()).abs() > ulp
+    rule = "fp16(absmax / 127)" if fmt == "q8_0" else "fp16(m / -8), m the block's value of largest magnitude"
     if off.any():
         i = int(off.nonzero()[0])
-        rule = "fp16(absmax / 127)" if fmt == "q8_0" else "fp16(m / -8), m the block's value of largest magnitude"
-        raise CheckFailed(f"{what}: the scale of block {i} is {got[i].item():.6g}, expected ±{expected[i].item():.6g} "
-                          f"= {rule}")
+        raise CheckFailed(f"{what}: the scale of block {i} is {got[i].item():.6g}, expected "
+                          f"{expected[i].item():.6g} = {rule}")
+    wrong_sign = (got.float() * expected.float() < 0) & ~ambiguous
+    if fmt == "q8_0":
+        wrong_sign = got.float() < 0
+    if wrong_sign.any():
+        i = int(wrong_sign.nonzero()[0])
+        why = ("d = absmax / 127 is never negative" if fmt == "q8_0" else
+               "the scale is signed: m keeps its sign, so a block whose extreme value is negative has d > 0")
+        raise CheckFailed(f"{what}: the scale of block {i} is {got[i].item():.6g}, expected "
+                          f"{expected[i].item():.6g} = {rule}: {why}")
 
 
-def _check_round_trip(fmt: str, qt, w: torch.Tensor, dequantize, what: str) -> None:
+def _check_codes(fmt: str, qt, w: torch.Tensor, what: str) -> None:
+    """Every code (the last block's padding included) is the one the format's rule gives for the stored scale.
+    Within an fp32 rounding of a boundary either neighbour is accepted, except at an exact tie under a scale that
+    is a power of two (x / d is then exact however it is computed): there the rule decides."""
+    x = in_blocks(w.detach().reshape(-1).double().cpu())
+    d = qt.scales.detach().cpu().double()
+    got = unpack(fmt, qt.data.detach().cpu())
+    safe = torch.where(d != 0, d, 1.0)[:, None]
+    r = x / safe
+    mantissa, _ = torch.frexp(d.abs())
+    exact = ((mantissa == 0.5) | (d == 0))[:, None].expand_as(r)
+    tol = 3e-7 * (r.abs() + 1.0) if fmt == "q8_0" else 3e-7 * (2 * r.abs() + 9.5)  # fp32's rounding of x/d (+ 8.5)
+    if fmt == "q8_0":
+        a = r.abs()
+        rule = torch.sign(r) * torch.floor(a + 0.5)
+        near = ((a - torch.floor(a)) - 0.5).abs() < tol
+        near_tie = near & ~(exact & ((a - torch.floor(a)) == 0.5))
+        other = torch.sign(r) * torch.where(rule.abs() > a, torch.floor(a), torch.floor(a) + 1)
+        rule, other = rule.clamp(-127, 127), other.clamp(-127, 127)
+        zero_code = 0
+        text = "round(x / d), halves away from zero, clamped to [-127, 127]"
+    else:
+        t = r + 8.5
+        rule = torch.floor(t)
+        near = (t - torch.round(t)).abs() < tol
+        near_tie = near & ~(exact & (t == torch.round(t)))
+        other = torch.where(rule == torch.round(t), rule - 1, rule + 1)
+        rule, other = rule.clamp(0, 15), other.clamp(0, 15)
+        zero_code = 8
+        text = "min(15, ⌊x/d + 8.5⌋)"
+    zero_block = (d == 0)[:, None].expand_as(r)
+    rule = torch.where(zero_block, float(zero_code), rule)
+    ok = (got == rule) | (near_tie & ~zero_block & (got == other))
+    if not ok.all():
+        b, j = (int(v) for v in (~ok).nonzero()[0])
+        i = b * QK + j
+        n = w.numel()
+        where = (f"value {i} ({x[b, j].item():.6g}; x / d = {r[b, j].item():.6g} with the stored d = "
+                 f"{d[b].item():.6g})" if i < n else f"position {i} (the zero padding of the last block; n = {n})")
+        if d[b] == 0:
+            text = f"a block of zeros has d = 0 and codes {zero_code}"
+        raise CheckFailed(f"{what}: the code of {where} is {int(got[b, j])}, expected {int(rule[b, j])}: {text}")
+
+
+def _check_round_trip(fmt: str, qt, w: torch.Tensor, what: str) -> None:
     n = w.numel()
     exact = w.detach().double().reshape(-1).cpu()
     decoded = decode(fmt, qt.data.detach().cpu(), qt.scales.detach().cpu(), n)
@@ -122,58 +278,172 @@ def _check_round_trip(fmt: str, qt, w: torch.Tensor, dequantize, what: str) -> N
         i = int((err - bound).argmax())
         raise CheckFailed(f"{what}: value {i} is {exact[i].item():.6g}, its codes decode to {decoded[i].item():.6g}; "
                           f"|error| {err[i].item():.3g} exceeds the format's bound {bound[i].item():.3g} "
-                          f"({FORMATS[fmt]['bound']:g} x the block's scale): check the rounding and the clamp")
-    with poisoned_allocations():
-        out = call_learner(dequantize, qt, what=what.replace("quantize", "dequantize", 1))
-    expect_like(out, w, what + ", dequantized")
+                          f"({FORMATS[fmt]['bound']:g} x the block's scale): check the rounding, the clamp and the "
+                          "layout of the codes")
+
+
+def _check_dequantized(fmt: str, out, qt, w: torch.Tensor, what: str) -> None:
+    expect_like(out, w, what)
+    decoded = decode(fmt, qt.data.detach().cpu(), qt.scales.detach().cpu(), w.numel())
     got = out.detach().double().reshape(-1).cpu()
     if torch.isnan(got).any():
-        raise CheckFailed(f"{what}, dequantized: {int(torch.isnan(got).sum())} values are NaN: never written "
+        raise CheckFailed(f"{what}: {int(torch.isnan(got).sum())} values are NaN: never written "
                           "(check the mask of the store)")
     # one ulp of the output dtype (a GPU rounds to nearest, half an ulp; Triton's interpreter truncates to bf16)
     rounding = decoded.abs() * torch.finfo(w.dtype).eps + torch.finfo(w.dtype).tiny
     if ((got - decoded).abs() > rounding).any():
         i = int(((got - decoded).abs() - rounding).argmax())
-        raise CheckFailed(f"{what}, dequantized: value {i} is {got[i].item():.6g}, its codes decode to "
-                          f"{decoded[i].item():.6g} (q x d rounded once to {_name(w.dtype)}, within one ulp): the layout or the "
-                          "arithmetic of dequantize differs from quantize's")
+        raise CheckFailed(f"{what}: value {i} is {got[i].item():.6g}, its codes decode to {decoded[i].item():.6g} "
+                          f"(q x d rounded once to {_name(w.dtype)}, within one ulp): the layout or the arithmetic "
+                          "of dequantize differs from quantize's")
 
 
-BLOCK_VISIBLE = [("blocky", (1000,)), ("gaussian", (17,)), ("heavy", (40, 32))]
-BLOCK_HIDDEN = [("gaussian", (1,)), ("heavy", (31,)), ("heavy", (33,)), ("heavy", (7, 9, 11)), ("zeros", (64,)),
-                ("blocky", (4097,)), ("gaussian", (96, 65))]
-BLOCK_HIDDEN_GPU = [("heavy", (4096, 1027))]
+@dataclass(frozen=True)
+class BlockCase:
+    kind: str  # gaussian, heavy, zeros, blocky, negative, ties
+    shape: tuple
+    dtypes: tuple  # names: fp32, fp16, bf16
+    hidden: bool
+    transposed: bool = False  # w is a transposed (non-contiguous) view
+    gpu_only: bool = False
+
+    def axes(self) -> dict:
+        weights = {"gaussian": "gaussian", "heavy": "heavy-tailed", "zeros": "zero block", "blocky": "zero block",
+                   "negative": "negative extreme", "ties": "ties"}[self.kind]
+        return {"weights": weights, "rank": len(self.shape), "n_vs_block": _n_vs_block(math.prod(self.shape)),
+                "dtype": self.dtypes, "layout": "non-contiguous" if self.transposed else "contiguous"}
+
+
+BLOCK_CASES = [
+    BlockCase("blocky", (1000,), ("fp32", "fp16"), False),
+    BlockCase("gaussian", (17,), ("fp32",), False),
+    BlockCase("gaussian", (1,), ("fp16",), False),
+    BlockCase("heavy", (40, 32), ("fp32", "bf16"), False),
+    BlockCase("negative", (3, 5, 7), ("fp32", "bf16"), False),
+    BlockCase("ties", (2, 64), ("fp32", "fp16"), False),
+    BlockCase("heavy", (12, 10), ("fp32", "fp16"), False, transposed=True),
+    BlockCase("gaussian", (1,), ("fp32", "bf16"), True),
+    BlockCase("heavy", (31,), ("fp16", "bf16"), True),
+    BlockCase("heavy", (33,), ("fp16",), True),
+    BlockCase("heavy", (7, 9, 11), ("fp32", "bf16"), True),
+    BlockCase("zeros", (64,), ("fp32", "fp16"), True),
+    BlockCase("blocky", (4097,), ("bf16",), True),
+    BlockCase("gaussian", (24, 65), ("fp16",), True),
+    BlockCase("negative", (5, 70), ("fp32", "bf16"), True),
+    BlockCase("ties", (160,), ("fp32", "bf16"), True),
+    BlockCase("heavy", (21, 30), ("fp32", "fp16"), True, transposed=True),
+    BlockCase("heavy", (4096, 1027), ("fp16", "bf16"), True, gpu_only=True),
+]
+
+
+@dataclass(frozen=True)
+class BlockMemoryCase:
+    n: int  # a length no numerics case uses: a cache keyed by size cannot hide
+    dtype: str
+    hidden: bool
+    gpu_only: bool = False
+
+    def axes(self) -> dict:
+        return {"memory": ("quantize", "dequantize"), "memory_dtype": self.dtype}
+
+
+# Each graded dtype, run once by the visible part and by the hidden part alike (hidden=None): the meter's
+# collections cost more than the kernels at these sizes.
+BLOCK_MEMORY_CASES = [BlockMemoryCase(288, "fp32", None), BlockMemoryCase(200, "fp16", None),
+                      BlockMemoryCase(250, "bf16", None)]
+
+
+@dataclass(frozen=True)
+class BlockInvalidCase:
+    invalid: str  # int tensor, missing scale, other format
+    hidden: bool
+    gpu_only: bool = False
+
+    def axes(self) -> dict:
+        return {"invalid": self.invalid}
+
+
+BLOCK_INVALID_CASES = [BlockInvalidCase(kind, hidden) for hidden in (False, True)
+                       for kind in ("int tensor", "missing scale", "other format")]
+
+
+def _block_memory(fmt: str, quantize, dequantize, case: BlockMemoryCase) -> None:
+    dtype = DTYPES[case.dtype]
+    w = weights("gaussian", (case.n,), case.n).to(memfit.DEVICE, dtype)
+    blocks = math.ceil(case.n / QK)
+    qbytes = blocks * (FORMATS[fmt]["code_bytes"] + 2)
+    slack = 2048 if memfit.HAS_GPU else 0  # the CUDA allocator rounds each tensor up to 512 bytes
+    for call, fn, args, budget, rule in (
+            ("quantize", quantize, None, qbytes, "the codes and the scales"),
+            ("dequantize", dequantize, None, case.n * w.element_size(), "the output")):
+        what = f"{call}_{fmt} on {case.n} {_name(dtype)} values"
+        if call == "quantize":
+            run = lambda: call_learner(quantize, w, what=what)  # noqa: E731
+        else:
+            qt = lesson.quantize_q8_0(w) if fmt == "q8_0" else lesson.quantize_q4_0(w)
+            run = lambda: call_learner(dequantize, qt, what=what)  # noqa: E731
+        hint = "the absmax, the scale and the codes belong in your kernel" if call == "quantize" else \
+            "q x d belongs in your kernel"
+        # no warm-up on the live-tensor meter: a scratch cached by the call is still counted as kept
+        _, report = measure_peak(run, device=memfit.DEVICE, warmup=memfit.HAS_GPU)
+        if report.meter == LIVE_TENSORS:
+            expect_no_torch_arithmetic(report.ops, what, hint)
+        else:
+            _, live = measure_peak(run, device=memfit.DEVICE, meter=LIVE_TENSORS, warmup=False)
+            expect_no_torch_arithmetic(live.ops, what, hint)
+        if report.peak_bytes > budget + slack:
+            raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds "
+                              f"{format_bytes(budget)} ({rule}){' + 2 KiB' if slack else ''}: no temporaries the size "
+                              "of the input, and no copy of it in another dtype")
+        if report.kept_bytes > KEPT_SLACK:
+            raise CheckFailed(f"{what}: {format_bytes(report.kept_bytes)} stayed allocated after the call, beyond its "
+                              "result (a tensor cached in a global or on an object?): a call keeps nothing")
+
+
+def _block_invalid(fmt: str, quantize, dequantize, case: BlockInvalidCase) -> None:
+    other = "q4_0" if fmt == "q8_0" else "q8_0"
+    w = weights("gaussian", (100 if case.hidden else 64,), 9).to(memfit.DEVICE)
+    Quantized = _given().Quantized
+    blocks = math.ceil(w.numel() / QK)
+    qt = Quantized(fmt, torch.zeros(blocks, FORMATS[fmt]["code_bytes"], dtype=FORMATS[fmt]["code_dtype"],
+                                    device=w.device), torch.ones(blocks, dtype=torch.float16, device=w.device),
+                   w.shape, w.dtype)
+    if case.invalid == "int tensor":
+        bad = w.long() if case.hidden else w.int()
+        expect_value_error(quantize, bad, what=f"quantize_{fmt} of an {_name(bad.dtype)} tensor",
+                           why="naming the dtype")
+    elif case.invalid == "missing scale":
+        scales = qt.scales[:-1] if not case.hidden else torch.cat([qt.scales, qt.scales[:1]])
+        expect_value_error(dequantize, Quantized(fmt, qt.data, scales, qt.shape, qt.dtype),
+                           what=f"dequantize_{fmt} of a Quantized with {scales.numel()} scales for "
+                                f"{qt.scales.numel()} blocks", why="naming the inconsistent layout")
+    else:
+        expect_value_error(dequantize, Quantized(other, qt.data, qt.scales, qt.shape, qt.dtype),
+                           what=f"dequantize_{fmt} of a Quantized in format {other!r}", why="naming the format")
 
 
 def _check_block_format(fmt: str, quantize, dequantize, cases: str) -> None:
-    visible, hidden = check_cases(cases)
-    plan = (BLOCK_VISIBLE if visible else []) + (BLOCK_HIDDEN + (BLOCK_HIDDEN_GPU if memfit.HAS_GPU else [])
-                                                 if hidden else [])
-    for seed, (kind, shape) in enumerate(plan):
-        for dtype in ALL_DTYPES if (hidden or seed == 0) else (torch.float32,):
-            w = weights(kind, shape, 70 + seed).to(memfit.DEVICE, dtype)
-            what = f"quantize_{fmt}({kind} weights of shape {shape}, {_name(dtype)})"
-            with poisoned_allocations():
-                qt = call_learner(quantize, w, what=what)
+    for seed, case in enumerate(_plan(BLOCK_CASES, cases)):
+        base = weights(case.kind, case.shape[::-1] if case.transposed else case.shape, 70 + seed, fmt)
+        for name in case.dtypes:
+            dtype = DTYPES[name]
+            w = base.to(memfit.DEVICE, dtype)
+            w = w.t() if case.transposed else w
+            view = ", a transposed view" if case.transposed else ""
+            what = f"quantize_{fmt}({case.kind} weights of shape {tuple(w.shape)}{view}, {_name(dtype)})"
+            with _guarded(what):
+                qt = _call_pure_q(quantize, w, what=what)
             _check_layout(fmt, qt, w, what)
-            _check_round_trip(fmt, qt, w, dequantize, what)
-    if visible:
-        w = weights("gaussian", (256,), 5).to(memfit.DEVICE)
-        what = f"quantize_{fmt} on 256 fp32 values"
-        _, report = measure_peak(lambda: call_learner(quantize, w, what=what), device=memfit.DEVICE,
-                                 meter=LIVE_TENSORS, warmup=False)
-        expect_no_torch_arithmetic(report.ops, what, "the absmax, the scale and the codes belong in your kernel")
-        qt = call_learner(quantize, w, what=what)
-        _, report = measure_peak(lambda: call_learner(dequantize, qt, what=what), device=memfit.DEVICE,
-                                 meter=LIVE_TENSORS, warmup=False)
-        expect_no_torch_arithmetic(report.ops, what.replace("quantize", "dequantize", 1), "q x d belongs in your kernel")
-        expect_value_error(quantize, w.int(), what=f"quantize_{fmt} of an int32 tensor", why="naming the dtype")
-        broken = type(qt)(qt.format, qt.data, qt.scales[:-1], qt.shape, qt.dtype)
-        expect_value_error(dequantize, broken, what=f"dequantize_{fmt} of a Quantized missing a scale",
-                           why="naming the inconsistent layout")
-        other = "q4_0" if fmt == "q8_0" else "q8_0"
-        expect_value_error(dequantize, type(qt)(other, qt.data, qt.scales, qt.shape, qt.dtype),
-                           what=f"dequantize_{fmt} of a Quantized in format {other!r}", why="naming the format")
+            _check_round_trip(fmt, qt, w, what)
+            _check_codes(fmt, qt, w, what)
+            dq_what = what.replace("quantize", "dequantize", 1) + ", dequantized"
+            with _guarded(dq_what):
+                out = _call_pure_q(dequantize, qt, what=dq_what)
+            _check_dequantized(fmt, out, qt, w, dq_what)
+    for case in _plan(BLOCK_MEMORY_CASES, cases):
+        _block_memory(fmt, quantize, dequantize, case)
+    for case in _plan(BLOCK_INVALID_CASES, cases):
+        _block_invalid(fmt, quantize, dequantize, case)
 
 
 def check_q8_0(quantize_q8_0, dequantize_q8_0, cases: str = "visible") -> None:
@@ -197,63 +467,191 @@ def reference_q8_0(w: torch.Tensor):
     return _given().Quantized("q8_0", q.to(w.device), d.to(w.device), w.shape, w.dtype)
 
 
-# (M, N, K, leading dims of x)
-MATMUL_VISIBLE = [(17, 40, 96, None), (1, 64, 64, None), (64, 130, 320, (2, 32))]
-MATMUL_HIDDEN = [(5, 33, 32, None), (70, 100, 512, None), (33, 257, 160, (3, 11))]
-MATMUL_HIDDEN_GPU = [(16, 4096, 4096, None), (300, 1000, 2048, None)]
+def _round_to_tf32(a):
+    """numpy fp32 values rounded to TF32's 10-bit mantissa (to nearest, ties away), as a tensor core reads them."""
+    import numpy as np
+    bits = np.ascontiguousarray(a).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+@contextlib.contextmanager
+def _tf32_like_a_gpu():
+    """On Triton's interpreter, a tl.dot of fp32 tiles left at the default input_precision ("tf32") rounds its
+    inputs to TF32, as a GPU's tensor cores do (the interpreter alone would compute it in full fp32)."""
+    if memfit.HAS_GPU:
+        yield
+        return
+    from triton._C.libtriton import ir
+    from triton.runtime import interpreter
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if input_precision == ir.INPUT_PRECISION.TF32 and str(a.data.dtype) == "float32" \
+                and str(b.data.dtype) == "float32":
+            a = interpreter.TensorHandle(_round_to_tf32(a.data), a.dtype)
+            b = interpreter.TensorHandle(_round_to_tf32(b.data), b.dtype)
+        return original(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    builder.create_dot = create_dot
+    try:
+        yield
+    finally:
+        builder.create_dot = original
+
+
+def _block_k(m: int) -> int:
+    return lesson.int8_matmul_tiles(m)["BLOCK_K"]
+
+
+@dataclass(frozen=True)
+class MatmulCase:
+    lead: tuple  # x's leading dimensions: x is (*lead, K)
+    n: int
+    k: int
+    dtypes: str  # "all" (the profile's), "fp32" or "half" (the profile's 16-bit ones)
+    hidden: bool
+    layout: str = "contiguous"  # or "column slice" (rows strided wider than K) or "transposed" (stride(-1) != 1)
+    gpu_only: bool = False
+
+    @property
+    def m(self) -> int:
+        return math.prod(self.lead)
+
+    def dtype_names(self) -> tuple:
+        if self.dtypes == "all":
+            return PROFILE_DTYPES
+        return ("fp32",) if self.dtypes == "fp32" else tuple(d for d in PROFILE_DTYPES if d != "fp32")
+
+    def axes(self) -> dict:
+        return {"dtype": self.dtype_names(), "x_rank": len(self.lead) + 1, "x_layout": self.layout,
+                "tiles": "small_m" if self.m <= 32 else "large_m",
+                "k_vs_block_k": "a multiple of BLOCK_K" if self.k % _block_k(self.m) == 0 else "ragged"}
+
+
+MATMUL_CASES = [
+    MatmulCase((17,), 40, 96, "all", False),
+    MatmulCase((), 64, 64, "half", False),
+    MatmulCase((2, 32), 130, 320, "fp32", False),
+    MatmulCase((5,), 33, 32, "fp32", False, layout="column slice"),
+    MatmulCase((20,), 48, 512, "half", False, layout="transposed"),
+    MatmulCase((5,), 33, 32, "all", True),
+    MatmulCase((70,), 100, 512, "fp32", True),
+    MatmulCase((3, 11), 257, 160, "half", True),
+    MatmulCase((), 40, 96, "fp32", True),
+    MatmulCase((9,), 24, 64, "half", True, layout="column slice"),
+    MatmulCase((40,), 20, 96, "fp32", True, layout="transposed"),
+    MatmulCase((16,), 4096, 4096, "all", True, gpu_only=True),
+    MatmulCase((300,), 1000, 2048, "all", True, gpu_only=True),
+]
+
+
+@dataclass(frozen=True)
+class MatmulInvalidCase:
+    invalid: str  # K mismatch, int x, other format, K not a multiple of 32
+    hidden: bool
+    gpu_only: bool = False
+
+    def axes(self) -> dict:
+        return {"invalid": self.invalid}
+
+
+MATMUL_INVALID_CASES = [MatmulInvalidCase(kind, hidden) for hidden in (False, True)
+                        for kind in ("K mismatch", "int x", "other format", "K not a multiple of 32")]
+
+
+def _x_for(case: MatmulCase, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    shape = (*case.lead, case.k)
+    if case.layout == "column slice":  # rows of a wider tensor: stride(-2) = K + 32
+        return torch.randn(*case.lead, case.k + 32, generator=gen).to(memfit.DEVICE, dtype)[..., :case.k]
+    if case.layout == "transposed":  # x[i, j] at j * M + i
+        return torch.randn(case.k, case.m, generator=gen).to(memfit.DEVICE, dtype).t()
+    return torch.randn(*shape, generator=gen).to(memfit.DEVICE, dtype)
+
+
+def _matmul_invalid(int8_weight_matmul, case: MatmulInvalidCase) -> None:
+    k = 96 if case.hidden else 64
+    x = torch.randn(4, k, device=memfit.DEVICE)
+    qw = reference_q8_0(weights("gaussian", (8, k), 1).to(memfit.DEVICE))
+    if case.invalid == "K mismatch":
+        expect_value_error(int8_weight_matmul, x[:, :k - 16], qw, what=f"int8_weight_matmul with x of {k - 16} "
+                           f"features and a weight of {k}", why="naming the shapes")
+    elif case.invalid == "int x":
+        bad = x.long() if case.hidden else x.int()
+        expect_value_error(int8_weight_matmul, bad, qw, what=f"int8_weight_matmul with an {_name(bad.dtype)} x",
+                           why="naming the dtype")
+    elif case.invalid == "other format":
+        q4 = _given().Quantized("q4_0", torch.zeros(qw.scales.numel(), 16, dtype=torch.uint8, device=memfit.DEVICE),
+                                qw.scales, qw.shape, qw.dtype)
+        expect_value_error(int8_weight_matmul, x, q4, what="int8_weight_matmul with a Q4_0 weight",
+                           why="naming the format")
+    else:
+        odd_k = 80 if case.hidden else 48
+        odd = reference_q8_0(weights("gaussian", (32, odd_k), 2).to(memfit.DEVICE))
+        expect_value_error(int8_weight_matmul, torch.randn(4, odd_k, device=memfit.DEVICE), odd,
+                           what=f"int8_weight_matmul with in_features={odd_k}",
+                           why="saying K must be a multiple of 32")
 
 
 def check_int8_matmul(int8_weight_matmul, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    plan = (MATMUL_VISIBLE if visible else []) + (MATMUL_HIDDEN + (MATMUL_HIDDEN_GPU if memfit.HAS_GPU else [])
-                                                  if hidden else [])
-    dtypes = _dtypes(hidden)
-    for seed, (m, n, k, lead) in enumerate(plan):
-        for dtype in dtypes:
-            gen = torch.Generator().manual_seed(90 + seed)
-            x = torch.randn(*(lead or (m,)), k, generator=gen).to(memfit.DEVICE, dtype)
-            w = weights("heavy", (n, k), 91 + seed).to(memfit.DEVICE, dtype)
+    for seed, case in enumerate(_plan(MATMUL_CASES, cases)):
+        for name in case.dtype_names():
+            dtype = DTYPES[name]
+            x = _x_for(case, dtype, 90 + seed)
+            w = weights("heavy", (case.n, case.k), 91 + seed).to(memfit.DEVICE, dtype)
             qw = reference_q8_0(w)
-            w_hat = decode("q8_0", qw.data.cpu(), qw.scales.cpu(), n * k).view(n, k).to(memfit.DEVICE, dtype)
-            what = f"int8_weight_matmul(x of shape {tuple(x.shape)}, {_name(dtype)}; weight {n} x {k} in Q8_0)"
-            with poisoned_allocations():
-                y = call_learner(int8_weight_matmul, x, qw, what=what)
+            w_hat = decode("q8_0", qw.data.cpu(), qw.scales.cpu(), case.n * case.k).view(case.n, case.k)
+            w_hat = w_hat.to(memfit.DEVICE, dtype)
+            view = "" if case.layout == "contiguous" else f", a {case.layout} view"
+            what = (f"int8_weight_matmul(x of shape {tuple(x.shape)}{view}, {_name(dtype)}; weight {case.n} x "
+                    f"{case.k} in Q8_0)")
+            with _guarded(what), _tf32_like_a_gpu():
+                y = _call_pure_q(int8_weight_matmul, x, qw, what=what)
             exact = x.double() @ w_hat.double().T
             same = x @ w_hat.T
-            assert_close_by_rule(y, exact, same, what, floor_ulps=4 * math.sqrt(k) if dtype == torch.float32 else 4.0)
-    if visible:
-        x = torch.randn(4, 64, device=memfit.DEVICE)
-        qw = reference_q8_0(weights("gaussian", (8, 64), 1).to(memfit.DEVICE))
-        expect_value_error(int8_weight_matmul, x[:, :48], qw, what="int8_weight_matmul with x of 48 features and a "
-                           "weight of 64", why="naming the shapes")
-        expect_value_error(int8_weight_matmul, x.int(), qw, what="int8_weight_matmul with an int32 x",
-                           why="naming the dtype")
-        q4 = _given().Quantized("q4_0", torch.zeros(16, 16, dtype=torch.uint8, device=memfit.DEVICE), qw.scales,
-                                qw.shape, qw.dtype)
-        expect_value_error(int8_weight_matmul, x, q4, what="int8_weight_matmul with a Q4_0 weight",
-                           why="naming the format")
-        odd = reference_q8_0(weights("gaussian", (32, 48), 2).to(memfit.DEVICE))
-        expect_value_error(int8_weight_matmul, torch.randn(4, 48, device=memfit.DEVICE), odd,
-                           what="int8_weight_matmul with in_features=48", why="saying K must be a multiple of 32")
+            floor = 4 * math.sqrt(case.k) if dtype == torch.float32 else 4.0
+            assert_close_by_rule(y, exact, same, what, floor_ulps=floor)
+    for case in _plan(MATMUL_INVALID_CASES, cases):
+        _matmul_invalid(int8_weight_matmul, case)
+
+
+@dataclass(frozen=True)
+class MatmulMemoryCase:
+    m: int
+    n: int
+    k: int
+    dtype: str
+    hidden: bool
+    gpu_only: bool = False
+    cpu_only: bool = False
+
+    def axes(self) -> dict:
+        return {"dtype": self.dtype, "tiles": "small_m" if self.m <= 32 else "large_m", "kept": "after the call"}
+
+
+MATMUL_MEMORY_CASES = [
+    # on the CPU, run once by both parts (hidden=None): the interpreter is slow, the meter's collections too
+    MatmulMemoryCase(16, 256, 512, "fp32", None, cpu_only=True),
+    MatmulMemoryCase(40, 96, 512, "fp16", None, cpu_only=True),
+] + [MatmulMemoryCase(m, n, k, dtype, hidden, gpu_only=True)
+     for m, n, k, dtype, hidden in ((16, 14336, 4096, "fp16", False), (64, 4096, 4096, "fp32", False),
+                                    (48, 4096, 4096, "bf16", False), (1, 4096, 14336, "fp16", True),
+                                    (300, 2048, 4096, "fp32", True), (8, 4096, 2048, "bf16", True))
+     if dtype in PROFILE_DTYPES]
 
 
 def check_int8_matmul_memory(int8_weight_matmul, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    plan = []
-    if visible:
-        plan.append((16, 256, 512, torch.float32, LIVE_TENSORS))
-    if memfit.HAS_GPU:
-        half = torch.float16
-        plan.append((16, 14336, 4096, half, None) if visible else (1, 4096, 14336, half, None))
-    elif hidden:
-        plan.append((3, 96, 1024, torch.float16, LIVE_TENSORS))
-    for m, n, k, dtype, meter in plan:
+    for case in _plan(MATMUL_MEMORY_CASES, cases):
+        if case.cpu_only and memfit.HAS_GPU:
+            continue
+        m, n, k, dtype = case.m, case.n, case.k, DTYPES[case.dtype]
         gen = torch.Generator().manual_seed(m + n)
         x = torch.randn(m, k, generator=gen).to(memfit.DEVICE, dtype)
         qw = reference_q8_0(weights("gaussian", (n, k), n).to(memfit.DEVICE, dtype))
         what = f"int8_weight_matmul(M={m}, N={n}, K={k}, {_name(dtype)})"
         _, report = measure_peak(lambda: call_learner(int8_weight_matmul, x, qw, what=what), device=memfit.DEVICE,
-                                 meter=meter)
+                                 warmup=memfit.HAS_GPU)  # live meter: what the call caches counts as kept
         w_hat_bytes = n * k * x.element_size()
         out_bytes = m * n * x.element_size()
         if report.largest_bytes is not None and report.largest_bytes >= w_hat_bytes // 2:
@@ -264,7 +662,11 @@ def check_int8_matmul_memory(int8_weight_matmul, cases: str = "visible") -> None
             raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds the output "
                               f"({format_bytes(out_bytes)}) + 5% + 64 KiB; a dequantized weight would be "
                               f"{format_bytes(w_hat_bytes)}")
-        if meter == LIVE_TENSORS:
+        if report.kept_bytes > KEPT_SLACK:
+            raise CheckFailed(f"{what}: {format_bytes(report.kept_bytes)} stayed allocated after the call, beyond its "
+                              f"result (a dequantized weight is {format_bytes(w_hat_bytes)}): a cache of Ŵ is a copy "
+                              "of Ŵ; the call may keep nothing")
+        if report.meter == LIVE_TENSORS:
             expect_no_torch_arithmetic(report.ops, what, "the matmul belongs in your kernel")
 
 
@@ -305,37 +707,74 @@ def _check_state_codes(codes, absmax, exact: torch.Tensor, code: torch.Tensor, w
     gap = (levels - r).abs() - _nearest_distance(code, r)
     if (gap > 2e-6).any():
         i = int(gap.argmax())
-        raise CheckFailed(f"{what}: value {i} / its block's absmax is {r[i].item():.6g}; its code stands for "
+        zero = " (a block of zeros: absmax 0, every value the level 0)" if ref_absmax[i // block] == 0 else ""
+        raise CheckFailed(f"{what}: value {i} / its block's absmax is {r[i].item():.6g}{zero}; its code stands for "
                           f"{levels[i].item():.6g}, but the level {_nearest_level(code, r[i:i + 1]).item():.6g} is "
                           "nearer: store the index of the nearest level")
 
 
-BLOCKWISE_VISIBLE = [("heavy", 1000, True), ("gaussian", 256, False), ("blocky", 300, True)]
-BLOCKWISE_HIDDEN = [("gaussian", 1, True), ("zeros", 512, False), ("heavy", 70_001, False), ("heavy", 255, True),
-                    ("blocky", 257, False)]
+@dataclass(frozen=True)
+class BlockwiseCase:
+    kind: str  # heavy, gaussian, blocky, zeros
+    shape: tuple
+    signed: bool
+    dtype: str  # x's dtype
+    hidden: bool
+    block: int | None = None  # None: the default (STATE_BLOCK), not passed
+    gpu_only: bool = False
+
+    def axes(self) -> dict:
+        block = self.block or 256
+        values = {"heavy": "heavy-tailed", "gaussian": "gaussian", "blocky": "zero block", "zeros": "zero block"}
+        return {"code": "signed (m)" if self.signed else "unsigned (v)", "values": values[self.kind],
+                "n_vs_block": _n_vs_block(math.prod(self.shape), block), "rank": len(self.shape),
+                "block": "default" if self.block is None else "other", "dtype": self.dtype}
+
+
+BLOCKWISE_CASES = [
+    BlockwiseCase("heavy", (1000,), True, "fp32", False),
+    BlockwiseCase("gaussian", (256,), False, "fp32", False),
+    BlockwiseCase("blocky", (2, 5, 30), True, "fp16", False, block=64),
+    BlockwiseCase("zeros", (300,), False, "fp32", False),
+    BlockwiseCase("gaussian", (1,), True, "fp32", False),
+    BlockwiseCase("heavy", (200,), False, "fp32", False, block=512),
+] + [BlockwiseCase("heavy", (2, 100), True, name, False) for name in PROFILE_DTYPES if name != "fp32"] + [
+    BlockwiseCase("gaussian", (1,), False, "fp32", True),
+    BlockwiseCase("zeros", (512,), True, "fp32", True),
+    BlockwiseCase("heavy", (70_001,), False, "fp32", True),
+    BlockwiseCase("heavy", (255,), True, "fp32", True),
+    BlockwiseCase("blocky", (257,), False, "fp32", True),
+    BlockwiseCase("heavy", (3, 7, 50), True, "fp32", True, block=128),
+    BlockwiseCase("gaussian", (40, 32), False, "fp32", True, block=1024),
+] + [BlockwiseCase("blocky", (600,), False, name, True, block=64) for name in PROFILE_DTYPES if name != "fp32"]
 
 
 def check_blockwise(quantize_blockwise, dequantize_blockwise, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    plan = (BLOCKWISE_VISIBLE if visible else []) + (BLOCKWISE_HIDDEN if hidden else [])
-    for seed, (kind, n, signed) in enumerate(plan):
-        code = _given().dynamic_code(signed)
-        x = weights(kind, (n,), 120 + seed)
-        if not signed:
+    for seed, case in enumerate(_plan(BLOCKWISE_CASES, cases)):
+        code = _given().dynamic_code(case.signed).to(memfit.DEVICE)
+        x = weights(case.kind, case.shape, 120 + seed)
+        if not case.signed:
             x = x * x * 100  # v: squares of gradients, many orders of magnitude
-        x = x.to(memfit.DEVICE)
-        what = f"quantize_blockwise({kind} values, n={n}, {'signed' if signed else 'unsigned'} code)"
-        got = call_learner(quantize_blockwise, x, code.to(memfit.DEVICE), what=what)
+        x = x.to(memfit.DEVICE, DTYPES[case.dtype])
+        block = case.block or 256
+        extra = {} if case.block is None else {"block": case.block}
+        n = x.numel()
+        args = f"{case.kind} values of shape {tuple(x.shape)}, {_name(x.dtype)}, {'signed' if case.signed else 'unsigned'} " \
+               f"code{'' if case.block is None else f', block={case.block}'}"
+        what = f"quantize_blockwise({args})"
+        got = call_pure(quantize_blockwise, x, code, what=what, **extra)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise CheckFailed(f"{what} should return (codes, absmax), got {type(got).__name__}")
         codes, absmax = got
-        _check_state_codes(codes, absmax, x.double().cpu(), code, what)
-        what = what.replace("quantize", "dequantize", 1)
-        values = call_learner(dequantize_blockwise, codes, absmax, code.to(memfit.DEVICE), what=what)
-        exact = code.double()[codes.cpu().long()] * absmax.double().cpu().repeat_interleave(256)[:n]
+        _check_state_codes(codes, absmax, x.double().cpu().reshape(-1), code.cpu(), what, block)
+        what = f"dequantize_blockwise(the codes and absmax of {args})"
+        values = call_pure(dequantize_blockwise, codes, absmax, code, what=what, **extra)
+        exact = code.cpu().double()[codes.cpu().reshape(-1).long()] * \
+            absmax.double().cpu().repeat_interleave(block)[:n]
         if not isinstance(values, torch.Tensor) or values.dtype != torch.float32 or values.numel() != n:
             raise CheckFailed(f"{what}: should return {n} fp32 values, got "
-                              f"{getattr(values, 'dtype', type(values).__name__)}")
+                              f"{getattr(values, 'dtype', type(values).__name__)} with "
+                              f"{getattr(values, 'numel', lambda: '?')()} values")
         err = (values.detach().double().cpu().reshape(-1) - exact).abs()
         if (err > 1e-6 * exact.abs() + 1e-30).any():
             i = int(err.argmax())
@@ -348,19 +787,25 @@ def check_blockwise(quantize_blockwise, dequantize_blockwise, cases: str = "visi
 HYPER = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
 
 
+def _graded_alone(AdamW8bit):
+    """AdamW8bit graded on its own: the quantize_blockwise / dequantize_blockwise it calls are the reference's."""
+    return given_references(AdamW8bit, quantize_blockwise=lesson.quantize_blockwise,
+                            dequantize_blockwise=lesson.dequantize_blockwise)
+
+
 def _problem(seed: int, big=(300, 70), small=(50,)):
     gen = torch.Generator().manual_seed(seed)
     return [(torch.randn(big, generator=gen) * 0.1), (torch.randn(small, generator=gen) * 0.1)], gen
 
 
-def _gradient(p: torch.Tensor, step: int) -> torch.Tensor:
-    g = weights("heavy", tuple(p.shape), 1000 * step + p.numel()) * 10
+def _gradient(p: torch.Tensor, step: int, scale: float = 10.0) -> torch.Tensor:
+    g = weights("heavy", tuple(p.shape), 1000 * step + p.numel()) * scale
     if step == 1 and p.numel() > 512:
         g.view(-1)[:256] = 0  # a block of zeros: absmax 0
     return g
 
 
-def _simulate(params, steps: int, code_m, code_v, block=256, min_8bit=4096):
+def _simulate(params, steps: int, code_m, code_v, block=256, min_8bit=4096, scale=10.0):
     """The check's float64 run of the algorithm (nearest levels, fp32-free): params after `steps` steps."""
     lr, (b1, b2), eps, wd = HYPER["lr"], HYPER["betas"], HYPER["eps"], HYPER["weight_decay"]
     ps = [p.double().clone() for p in params]
@@ -375,7 +820,7 @@ def _simulate(params, steps: int, code_m, code_v, block=256, min_8bit=4096):
 
     for t in range(1, steps + 1):
         for i, p in enumerate(ps):
-            g = _gradient(params[i], t).double()
+            g = _gradient(params[i], t, scale).double()
             p.mul_(1 - lr * wd)
             ms[i] = b1 * ms[i] + (1 - b1) * g
             vs[i] = b2 * vs[i] + (1 - b2) * g * g
@@ -385,74 +830,133 @@ def _simulate(params, steps: int, code_m, code_v, block=256, min_8bit=4096):
     return ps, ms, vs
 
 
-def _learner_run(AdamW8bit, params, steps: int, what: str, **extra):
+def _learner_run(AdamW8bit, params, steps: int, what: str, scale: float = 10.0, **extra):
     leaves = [p.clone().to(memfit.DEVICE).requires_grad_(True) for p in params]
-    opt = call_learner(AdamW8bit, leaves, **HYPER, what=f"AdamW8bit(params, {HYPER})", **extra)
+    options = ", ".join([str(HYPER)] + [f"{k}={v}" for k, v in extra.items()])
+    opt = call_learner(AdamW8bit, leaves, **HYPER, what=f"AdamW8bit(params, {options})", **extra)
     for t in range(1, steps + 1):
+        grads = []
         for p in leaves:
-            p.grad = _gradient(p.detach().cpu(), t).to(memfit.DEVICE)
+            p.grad = _gradient(p.detach().cpu(), t, scale).to(memfit.DEVICE)
+            grads.append(p.grad.clone())
         call_learner(opt.step, what=f"{what}, step {t}")
+        for p, g in zip(leaves, grads):
+            if p.grad is None or not torch.equal(p.grad, g):
+                raise CheckFailed(f"{what}, step {t}: the step changed a parameter's .grad: read the gradient, never "
+                                  "write it (g * g, not g.mul_(g); .float() of an fp32 tensor is the tensor itself)")
     return leaves, opt
+
+
+@dataclass(frozen=True)
+class AdamCase:
+    big: tuple  # the 8-bit weight's shape
+    small: tuple  # the fp32-state weight's shape
+    chunk: int | None  # None: the default chunk (one chunk here)
+    grad_scale: float  # 10: heavy-tailed gradients; 1e-5: |g| near eps, where eps's place in the formula shows
+    hidden: bool
+    gpu_only: bool = False
+
+    def axes(self) -> dict:
+        n = math.prod(self.big)
+        chunks = "one (the default)" if self.chunk is None else \
+            ("several, a partial last" if n % self.chunk else "several, whole")
+        return {"path": ("8-bit", "fp32"), "chunks": chunks, "steps": (1, 8), "param_rank": (len(self.big), len(self.small)),
+                "gradients": "heavy-tailed" if self.grad_scale >= 1 else "tiny (|g| near eps)",
+                "grad_zero_block": True, "grads_unchanged": True}
+
+
+ADAM_CASES = [AdamCase((300, 70), (50,), None, 10.0, False), AdamCase((70, 80), (7, 5), 1024, 1e-5, False),
+              AdamCase((257, 33), (7, 5), None, 1e-5, True), AdamCase((9000,), (50, 3), 2048, 10.0, True)]
+
+
+@dataclass(frozen=True)
+class AdamMemoryCase:
+    numel: int
+    chunk: int
+    hidden: bool
+    gpu_only: bool = False
+
+    def axes(self) -> dict:
+        return {"memory": f"chunk={self.chunk}", "kept": "after the step"}
+
+
+ADAM_MEMORY_CASES = [AdamMemoryCase((1 << 18) + 300, 4096, None)]  # a partial last chunk; run once by both parts
+
+
+def _adam_case(AdamW8bit, case: AdamCase, seed: int) -> None:
+    given = _given()
+    code_m, code_v = given.dynamic_code(True), given.dynamic_code(False)
+    params, _ = _problem(140 + seed, case.big, case.small)
+    extra = {} if case.chunk is None else {"chunk": case.chunk}
+    chunk = "" if case.chunk is None else f", chunk={case.chunk}"
+    size = "" if case.grad_scale >= 1 else ", gradients of about 1e-5"
+    what = f"AdamW8bit{chunk} on a {case.big} weight (8-bit states) and a {case.small} one (fp32 states){size}"
+    leaves, opt = _learner_run(AdamW8bit, params, 1, what, case.grad_scale, **extra)
+    exact, _, _ = _simulate(params, 1, code_m, code_v, scale=case.grad_scale)
+    same = [p.clone().requires_grad_(True) for p in params]
+    torch_opt = torch.optim.AdamW(same, foreach=False, **HYPER)
+    for p in same:
+        p.grad = _gradient(p.detach(), 1, case.grad_scale)
+    torch_opt.step()
+    for name, got, e, s in zip(("the 8-bit weight", "the fp32-state weight"), leaves, exact, same):
+        assert_close_by_rule(got.detach().cpu(), e, s.detach(), f"{what}: {name} after step 1 (the update uses "
+                             "the fp32 m and v, before they are rounded)", floor_ulps=4)
+    state = opt.state[leaves[0]]
+    for key, code in (("m", code_m), ("v", code_v)):
+        if key not in state or key + "_absmax" not in state:
+            raise CheckFailed(f"{what}: the 8-bit weight's state should hold {key!r} and {key + '_absmax'!r} "
+                              f"(the given _state creates them); it has {sorted(state)}")
+        g = _gradient(params[0], 1, case.grad_scale).double()
+        exact_state = (1 - HYPER["betas"][0]) * g if key == "m" else (1 - HYPER["betas"][1]) * g ** 2
+        _check_state_codes(state[key], state[key + "_absmax"], exact_state.reshape(-1), code,
+                           f"{what}: state[{key!r}] after step 1 (on the {'signed' if key == 'm' else 'unsigned'} "
+                           "code)")
+    n = leaves[0].numel()
+    state_bytes = sum(t.numel() * t.element_size() for k, t in state.items() if isinstance(t, torch.Tensor))
+    allowed = 2 * (n + 4 * math.ceil(n / 256)) + 64
+    if state_bytes > allowed:
+        raise CheckFailed(f"{what}: the 8-bit weight's states take {state_bytes:,} bytes for {n:,} values "
+                          f"({state_bytes / n:.2f} B/param); 8-bit m and v with fp32 absmax per 256 are "
+                          f"{allowed - 64:,} ({(allowed - 64) / n:.3f} B/param)")
+    steps = 8
+    leaves, _ = _learner_run(AdamW8bit, params, steps, what, case.grad_scale, **extra)
+    exact, _, _ = _simulate(params, steps, code_m, code_v, scale=case.grad_scale)
+    drift = max((got.detach().cpu().double() - e).abs().max().item() for got, e in zip(leaves, exact))
+    allowed_drift = 0.01 * HYPER["lr"] * steps
+    if drift > allowed_drift:
+        raise CheckFailed(f"{what}: after {steps} steps a weight is {drift:.3g} away from the same algorithm run "
+                          f"in float64 (allowed {allowed_drift:.3g}: a level or two of rounding): store the "
+                          "updated m and v back, into the chunk's own codes and the absmax of the chunk's own blocks")
+
+
+def _adam_memory(AdamW8bit, case: AdamMemoryCase) -> None:
+    numel, chunk = case.numel, case.chunk
+    p = torch.zeros(numel, device=memfit.DEVICE, requires_grad=True)
+    opt = call_learner(AdamW8bit, [p], lr=1e-3, chunk=chunk, what=f"AdamW8bit([p], lr=1e-3, chunk={chunk})")
+    p.grad = torch.randn(numel, device=memfit.DEVICE)
+    call_learner(opt.step, what="AdamW8bit.step")  # the states exist after the first step
+    what = f"AdamW8bit(chunk={chunk}).step() on {numel:,} parameters"
+    _, report = measure_peak(lambda: call_learner(opt.step, what=what), device=memfit.DEVICE, warmup=False)
+    if report.peak_bytes > numel:
+        raise CheckFailed(f"{what}: the step allocated {format_bytes(report.peak_bytes)} at its peak, over 1 byte "
+                          f"per parameter ({format_bytes(numel)}; m alone in fp32 is {format_bytes(4 * numel)}): "
+                          "dequantize, update and requantize one chunk at a time")
+    if report.kept_bytes > KEPT_SLACK:
+        raise CheckFailed(f"{what}: {format_bytes(report.kept_bytes)} stayed allocated after the step (the states "
+                          "existed before it): keep nothing but the states")
 
 
 def check_adamw8bit_step(AdamW8bit, cases: str = "visible") -> None:
     visible, hidden = check_cases(cases)
-    given = _given()
-    code_m, code_v = given.dynamic_code(True), given.dynamic_code(False)
-    shapes = [((300, 70), (50,))] if visible else []
-    shapes += [((257, 33), (7, 5))] if hidden else []
-    for seed, (big, small) in enumerate(shapes):
-        params, _ = _problem(140 + seed, big, small)
-        what = f"AdamW8bit on a {big} weight (8-bit states) and a {small} one (fp32 states)"
-        leaves, opt = _learner_run(AdamW8bit, params, 1, what)
-        exact, ms, vs = _simulate(params, 1, code_m, code_v)
-        same = [p.clone().requires_grad_(True) for p in params]
-        torch_opt = torch.optim.AdamW(same, foreach=False, **HYPER)
-        for p in same:
-            p.grad = _gradient(p.detach(), 1)
-        torch_opt.step()
-        for name, got, e, s in zip(("the 8-bit weight", "the fp32-state weight"), leaves, exact, same):
-            assert_close_by_rule(got.detach().cpu(), e, s.detach(), f"{what}: {name} after step 1 (the update uses "
-                                 "the fp32 m and v, before they are rounded)", floor_ulps=4)
-        state = opt.state[leaves[0]]
-        for key, code in (("m", code_m), ("v", code_v)):
-            if key not in state or key + "_absmax" not in state:
-                raise CheckFailed(f"{what}: the 8-bit weight's state should hold {key!r} and {key + '_absmax'!r} "
-                                  f"(the given _state creates them); it has {sorted(state)}")
-            exact_state = (1 - HYPER["betas"][0]) * _gradient(params[0], 1).double() if key == "m" else \
-                (1 - HYPER["betas"][1]) * _gradient(params[0], 1).double() ** 2
-            _check_state_codes(state[key], state[key + "_absmax"], exact_state.reshape(-1), code,
-                               f"{what}: state[{key!r}] after step 1")
-        n = leaves[0].numel()
-        state_bytes = sum(t.numel() * t.element_size() for k, t in state.items() if isinstance(t, torch.Tensor))
-        allowed = 2 * (n + 4 * math.ceil(n / 256)) + 64
-        if state_bytes > allowed:
-            raise CheckFailed(f"{what}: the 8-bit weight's states take {state_bytes:,} bytes for {n:,} values "
-                              f"({state_bytes / n:.2f} B/param); 8-bit m and v with fp32 absmax per 256 are "
-                              f"{allowed - 64:,} ({(allowed - 64) / n:.3f} B/param)")
-        steps = 8
-        leaves, _ = _learner_run(AdamW8bit, params, steps, what)
-        exact, _, _ = _simulate(params, steps, code_m, code_v)
-        drift = max((got.detach().cpu().double() - e).abs().max().item() for got, e in zip(leaves, exact))
-        allowed_drift = 0.01 * HYPER["lr"] * steps
-        if drift > allowed_drift:
-            raise CheckFailed(f"{what}: after {steps} steps a weight is {drift:.3g} away from the same algorithm run "
-                              f"in float64 (allowed {allowed_drift:.3g}: a level or two of rounding): store the "
-                              "updated m and v back, and dequantize them with their own block's absmax")
-    if visible:
-        numel = 1 << 18
-        p = torch.zeros(numel, device=memfit.DEVICE, requires_grad=True)
-        opt = call_learner(AdamW8bit, [p], lr=1e-3, chunk=4096, what="AdamW8bit([p], lr=1e-3, chunk=4096)")
-        p.grad = torch.randn(numel, device=memfit.DEVICE)
-        call_learner(opt.step, what="AdamW8bit.step")  # the states exist after the first step
-        what = f"AdamW8bit(chunk=4096).step() on {numel:,} parameters"
-        _, report = measure_peak(lambda: call_learner(opt.step, what=what), device=memfit.DEVICE, warmup=False)
-        if report.peak_bytes > numel:
-            raise CheckFailed(f"{what}: the step allocated {format_bytes(report.peak_bytes)} at its peak, over 1 byte "
-                              f"per parameter ({format_bytes(numel)}; m alone in fp32 is {format_bytes(4 * numel)}): "
-                              "dequantize, update and requantize one chunk at a time")
-        expect_value_error(AdamW8bit, [p], 1e-3, (0.9, 0.999), 1e-8, 0.0, 4096, 1000,
-                           what="AdamW8bit(..., chunk=1000)", why="saying chunk must be a multiple of 256")
+    with _graded_alone(AdamW8bit):
+        for seed, case in enumerate(_plan(ADAM_CASES, cases)):
+            _adam_case(AdamW8bit, case, seed)
+        for case in _plan(ADAM_MEMORY_CASES, cases):
+            _adam_memory(AdamW8bit, case)
+    p = torch.zeros(1 << 12, device=memfit.DEVICE, requires_grad=True)
+    for chunk in ((1000,) if visible else ()) + ((4095, 0) if hidden else ()):
+        expect_value_error(AdamW8bit, [p], 1e-3, (0.9, 0.999), 1e-8, 0.0, 4096, chunk,
+                           what=f"AdamW8bit(..., chunk={chunk})", why="saying chunk must be a positive multiple of 256")
 
 
 # Two runs of the course's tiny GPT on the Markov corpus: AdamW (fp32 states) and the learner's AdamW8bit.
@@ -469,8 +973,9 @@ def check_adamw8bit_convergence(AdamW8bit, cases: str = "visible") -> None:
     def run(make):
         return loss_curve(cfg, make, c["steps"], c["batch"], c["seq"], device="cpu")
 
-    ours = call_learner(run, lambda params: AdamW8bit(params, lr=c["lr"], weight_decay=0.1),
-                        what=f"training course-tiny with AdamW8bit(params, lr={c['lr']}, weight_decay=0.1)")
+    with _graded_alone(AdamW8bit):
+        ours = call_learner(run, lambda params: AdamW8bit(params, lr=c["lr"], weight_decay=0.1),
+                            what=f"training course-tiny with AdamW8bit(params, lr={c['lr']}, weight_decay=0.1)")
     if not all(math.isfinite(x) for x in ours):
         first = next(i for i, x in enumerate(ours) if not math.isfinite(x))
         raise CheckFailed(f"AdamW8bit training course-tiny: the loss became {ours[first]} at step {first}")
@@ -483,6 +988,61 @@ def check_adamw8bit_convergence(AdamW8bit, cases: str = "visible") -> None:
             raise CheckFailed(f"AdamW8bit training course-tiny ({c['steps']} steps, lr {c['lr']}): the mean loss of "
                               f"steps {start}-{start + w - 1} is {a:.3f}, AdamW's is {b:.3f}; the margin is "
                               f"{c['margin']:.0%}")
+
+
+# ------------------------------------------------------------------------------------------- axes
+
+_BLOCK_AXES = {"weights": ("gaussian", "heavy-tailed", "zero block", "negative extreme", "ties"),
+               "rank": (1, 2, 3), "n_vs_block": ("1", "below one block", "whole blocks", "a partial last block"),
+               "dtype": tuple(NAMES[d] for d in ALL_DTYPES), "layout": ("contiguous", "non-contiguous"),
+               "memory": ("quantize", "dequantize"), "memory_dtype": tuple(NAMES[d] for d in ALL_DTYPES),
+               "invalid": ("int tensor", "missing scale", "other format")}
+
+AXES = {
+    "q8_0": _BLOCK_AXES,
+    "q4_0": _BLOCK_AXES,
+    "int8_matmul": {"dtype": PROFILE_DTYPES, "x_rank": (1, 2, 3), "x_layout": ("contiguous", "column slice", "transposed"),
+                    "tiles": ("small_m", "large_m"), "k_vs_block_k": ("a multiple of BLOCK_K", "ragged"),
+                    "invalid": ("K mismatch", "int x", "other format", "K not a multiple of 32")},
+    "int8_matmul_memory": {"dtype": PROFILE_DTYPES, "tiles": ("small_m", "large_m"), "kept": ("after the call",)},
+    "blockwise": {"code": ("signed (m)", "unsigned (v)"), "values": ("gaussian", "heavy-tailed", "zero block"),
+                  "n_vs_block": ("1", "below one block", "whole blocks", "a partial last block"), "rank": (1, 2, 3),
+                  "block": ("default", "other"), "dtype": PROFILE_DTYPES},
+    "adamw8bit_step": {"path": ("8-bit", "fp32"), "chunks": ("one (the default)", "several, a partial last"),
+                       "steps": (1, 8), "param_rank": (1, 2), "gradients": ("heavy-tailed", "tiny (|g| near eps)"),
+                       "grad_zero_block": (True,), "grads_unchanged": (True,),
+                       "memory": ("chunk=4096",), "kept": ("after the step",), "invalid": ("chunk",)},
+    "adamw8bit_convergence": {"optimizer": ("AdamW8bit against torch.optim.AdamW",)},
+}
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    """A case every run of the check makes, visible and hidden alike (the convergence run; chunk validation)."""
+    values: tuple
+    hidden: bool
+    gpu_only: bool = False
+
+    def axes(self) -> dict:
+        return dict(self.values)
+
+
+_RECORDS = {
+    "q8_0": (BLOCK_CASES, BLOCK_MEMORY_CASES, BLOCK_INVALID_CASES),
+    "q4_0": (BLOCK_CASES, BLOCK_MEMORY_CASES, BLOCK_INVALID_CASES),
+    "int8_matmul": (MATMUL_CASES, MATMUL_INVALID_CASES),
+    "int8_matmul_memory": (MATMUL_MEMORY_CASES,),
+    "blockwise": (BLOCKWISE_CASES,),
+    "adamw8bit_step": (ADAM_CASES, ADAM_MEMORY_CASES,
+                       [_Fixed((("invalid", "chunk"),), False), _Fixed((("invalid", "chunk"),), True)]),
+    "adamw8bit_convergence": ([_Fixed((("optimizer", "AdamW8bit against torch.optim.AdamW"),), h) for h in (False, True)],),
+}
+
+
+def case_axes(check: str, cases: str) -> list[dict]:
+    """The cases `check` runs under `cases` ("visible" or "hidden"), each as {axis: value}: read from the same
+    records the check iterates over."""
+    return [record.axes() for records in _RECORDS[check] for record in _plan(records, cases)]
 
 
 CHECKS = [
