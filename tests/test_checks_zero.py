@@ -51,11 +51,11 @@ def test_shard_bounds_alternative_passes():
 
 
 @pytest.mark.parametrize("wrong, check, message", [
-    (mutants.ZeroSumsWithoutDividing, checks.check_zero_adamw, "differ from unsharded AdamW"),
-    (mutants.ZeroStage1AllReduces, checks.check_zero_adamw, "stage 1, 2 ranks: a step sent"),
+    (mutants.ZeroSumsWithoutDividing, checks.check_zero_adamw, "unsharded AdamW gives"),
+    (mutants.ZeroStage1AllReduces, checks.check_zero_adamw, "stage 1, .*: a step sent .* through collectives"),
     (mutants.ZeroGatherIgnoresOut, checks.check_zero_adamw, "stage 3"),
     (mutants.ZeroAcceptsAnyStage, checks.check_zero_adamw, "raise ValueError"),
-    (mutants.ZeroStage2KeepsFullGradient, checks.check_zero_memory, "something else survives"),
+    (mutants.ZeroStage2KeepsFullGradient, checks.check_zero_memory, "more than the stage allows survive"),
     (mutants.ZeroForgetsMasterInBuffers, checks.check_zero_memory, "master copy"),
 ])
 def test_zero_adamw_mutants_fail(wrong, check, message):
@@ -69,7 +69,7 @@ def test_zero_adamw_alternative_passes():
 
 
 def test_gloo_check_rejects_wrong_optimizer_and_wrong_formula():
-    with pytest.raises(CheckFailed, match="gloo"):
+    with pytest.raises(CheckFailed, match="differ from unsharded AdamW"):
         checks.check_zero_on_gloo(mutants.ZeroSumsWithoutDividing, ref.zero_bytes_per_rank)
     with pytest.raises(CheckFailed, match="your zero_bytes_per_rank predicts"):
         checks.check_zero_on_gloo(ref.ZeroAdamW, mutants.zero_bytes_stage2_shards_params, cases="hidden")
@@ -78,7 +78,7 @@ def test_gloo_check_rejects_wrong_optimizer_and_wrong_formula():
 def test_gloo_check_counts_what_a_rank_keeps():
     """The measured bytes at rest decide, not only the formula: a ZeRO-2 that keeps its full gradient
     fails (and a reference rank's bookkeeping, such as a barrier's tensor, must not count against it)."""
-    with pytest.raises(CheckFailed, match="stage 2, gloo rank 0: .* bytes alive after a step"):
+    with pytest.raises(CheckFailed, match="stage 2, .*rank 0: .* bytes alive after a step \\(measured\\)"):
         checks.check_zero_on_gloo(mutants.ZeroStage2KeepsFullGradient, ref.zero_bytes_per_rank, cases="hidden")
 
 

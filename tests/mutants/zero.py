@@ -1,5 +1,6 @@
 """Known-wrong (and known-right alternative) implementations of lesson 03's exercises."""
 import math
+from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
@@ -18,10 +19,10 @@ def shard_bounds_off_by_one(numel, world_size, rank):  # a shard boundary off by
     return start, stop - 1 if rank == world_size - 1 else stop
 
 
-def shard_bounds_with_math(numel, world_size, rank):  # right
-    if world_size < 1 or not 0 <= rank < world_size or numel < 0:
+def shard_bounds_with_math(numel, world_size, rank):  # right: math.ceil of an exact fraction (of a float it is not
+    if world_size < 1 or not 0 <= rank < world_size or numel < 0:  # exact above 2**53, which the check tries)
         raise ValueError("bad arguments")
-    size = math.ceil(numel / world_size)
+    size = math.ceil(Fraction(numel, world_size))
     return rank * size, rank * size + size
 
 
@@ -37,9 +38,11 @@ class ZeroStage1AllReduces(ref.ZeroAdamW):  # ZeRO-1 by all-reduce: right weight
             return super().step(grad)
         self.grads[:self.numel].copy_(grad.reshape(-1))
         self.comm.all_reduce(self.grads)
-        self.master.grad = self.grads[self.lo:self.hi].div(self.comm.world_size)
+        self.master.grad = self.grads[self.lo:self.hi].div(self.comm.world_size).float()
         self.optimizer.step()
         self.master.grad = None
+        if self.mixed:
+            self.params[self.lo:self.hi].copy_(self.master)
         self.comm.all_gather(self.params, self.params[self.lo:self.hi].clone())
 
 
