@@ -296,10 +296,11 @@ def facts() -> dict[str, str]:
                                          [[f"`{c.name}`", f"{c.points:g}", what[c.name]] for c in checks.CHECKS])
     out["checks_count"] = str(len(checks.CHECKS))
     out["checks_points"] = f"{sum(c.points for c in checks.CHECKS):g}"
-    out["visible_lengths"] = ", ".join(str(s[2]) for s in checks.VISIBLE)
-    out["hidden_dims"] = ", ".join(sorted({str(s[3]) for s in checks.HIDDEN}, key=int))
-    out["large_logit_scale"] = f"{max(s[5] for s in checks.VISIBLE):g}"
-    out["hidden_gpu_lengths"] = ", ".join(f"{s[2]:,}" for s in checks.HIDDEN_GPU)
+    visible = [c for c in checks.ATTN_CASES if not c.hidden]
+    out["visible_lengths"] = ", ".join(str(c.n) for c in visible)
+    out["hidden_dims"] = ", ".join(sorted({str(c.d) for c in checks.ATTN_CASES if c.hidden}, key=int))
+    out["large_logit_scale"] = f"{max(c.q_scale for c in visible):g}"
+    out["hidden_gpu_lengths"] = ", ".join(f"{c.n:,}" for c in checks.ATTN_CASES if c.gpu)
 
     # the recorded speed run
     speed = rec["flash_attention"]["speed"]

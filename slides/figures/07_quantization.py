@@ -406,9 +406,9 @@ def facts() -> dict[str, str]:
             "adamw8bit_convergence": "course-tiny, 20-step means within the margin of AdamW"}
     f["grading_table"] = markdown_table(["check", "pts", "what it tests"],
                                         [[f"`{c_.name}`", f"{c_.points:g}", what[c_.name]] for c_ in CHECKS])
-    from autograder.checks.quantization import BLOCK_HIDDEN_GPU, MATMUL_HIDDEN_GPU
-    f["gpu_block_case"] = " × ".join(f"{d:,}" for d in BLOCK_HIDDEN_GPU[0][1])
-    f["gpu_mm_case"] = ", ".join(f"M={m} N={n_:,} K={k:,}" for m, n_, k, _ in MATMUL_HIDDEN_GPU)
+    from autograder.checks.quantization import BLOCK_CASES, MATMUL_CASES
+    f["gpu_block_case"] = " × ".join(f"{d:,}" for d in next(c for c in BLOCK_CASES if c.gpu_only).shape)
+    f["gpu_mm_case"] = ", ".join(f"M={c.m} N={c.n:,} K={c.k:,}" for c in MATMUL_CASES if c.gpu_only)
     f["points"] = f"{sum(c_.points for c_ in CHECKS):g}"
     f["n_checks"] = str(len(CHECKS))
 
