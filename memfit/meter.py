@@ -180,6 +180,10 @@ def _interpreter_launches_free(meter: LiveTensorMeter):
             return launch(self, *args, **kwargs)
         finally:
             meter.paused -= 1
+            # The interpreter's argument copies leave reference cycles (closures over a dict of the arguments'
+            # storages) that keep each argument alive until the garbage collector runs: a tile the code has
+            # dropped would still count when the next one is allocated. They are young: collect them now.
+            gc.collect(1)
 
     GridExecutor.__call__ = paused_launch
     try:

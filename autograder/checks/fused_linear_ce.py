@@ -1,38 +1,64 @@
 """Checks of lesson 06 (solutions/06_fused_linear_ce.ipynb): cross-entropy with its gradient in one pass, the
 linear layer + cross-entropy chunked over tokens, the Triton version in tiles, and the autograd Function.
 
-Numerics follow the course's rule (autograder/checks/numerics.py): loss, dX, dW and db against a float64
-reference (F.linear + F.cross_entropy through autograd), at most 2x the error of PyTorch's same chain in the
-input's dtype, plus a floor relative to the largest entry of each tensor. Cases cover ignored tokens (a whole
-chunk of them, and a batch with nothing else), vocabularies that are not a multiple of the kernel's block or of
-the tile, token counts that are not a multiple of the chunk, a bias, label smoothing and softcapping. Memory:
-the live-tensor meter must see no tensor of tokens x vocabulary elements, and the peak stays within the
-gradients the step returns plus a small scratch.
+Each check iterates over case records (CE_CASES, CHUNK_CASES, TILE_CASES, ...; each record visible or hidden);
+AXES lists what each exercise's text lets vary and case_axes reads the same records. Numerics follow the course's
+rule (autograder/checks/numerics.py): loss, dX, dW and db against a float64 reference (F.linear + F.cross_entropy
+through autograd), at most 2x the error of PyTorch's same chain in the input's dtype, plus a floor relative to the
+largest entry of each tensor, in every dtype of the profile. Cases cover ignored tokens (some, all, a whole chunk)
+under ignore_index -100, -1 and a vocabulary id, both reductions, label smoothing with ignored tokens, softcapping
+(with tiles narrower than a block), a bias, fp32_dw, logits large enough to overflow an exp without the row's
+maximum, token counts and vocabularies that are not a multiple of the chunk, the tile or the block. Inputs must
+be left unchanged and results must not alias them; tensors the Triton exercises allocate carry guard regions.
+Exercise 2 runs with the reference cross_entropy_with_grad and exercise 4 with the reference
+fused_linear_ce_forward, so a bug costs the points of its own exercise only. Memory, with the live-tensor meter
+on every call path (chunk_size / chunks given and None, fp32_dw, each dtype): no tensor of tokens x vocabulary
+elements, a peak within the gradients plus the scratch the plan needs, nothing kept after the call.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 
 import memfit
-from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error
-from autograder.checks.numerics import assert_close_by_rule, expect_like, poisoned_allocations, training_half
-from autograder.checks.numerics import case_dtypes as _dtypes, dtype_name as _name, seeded_randn as _randn
-from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
+from memfit.from_lessons import fused_linear_ce as reference  # imported before the grading child's guards go up
+from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error,
+                               given_references)
+from autograder.checks.numerics import (assert_close_by_rule, call_pure, expect_like, guarded_allocations,
+                                        training_half)
+from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
+from memfit.hardware import config as _config
+from memfit.meter import (LIVE_TENSORS, LiveTensorMeter, _interpreter_launches_free, format_bytes,
+                          measure_peak)
 
-IGNORE = -100
+DTYPES = tuple(memfit.profile().dtypes)
+DTYPE_NAMES = tuple(_name(d) for d in DTYPES)
+KEPT_ALLOWED = 512  # bytes a call may leave allocated beyond its result (none, give or take an odd scalar)
 
 
 class Case:
-    """One problem: n tokens, hidden h, vocabulary v; which tokens are ignored; the loss's options."""
+    """One problem: n tokens, hidden h, vocabulary v; which tokens are ignored; the loss's options; the record's
+    dtype ("cycle": the profile's dtypes in turn, "half": the 16-bit training dtype, or a dtype's name) and
+    whether it is hidden."""
 
     def __init__(self, n, h, v, ignored=0.0, smoothing=0.0, softcap=None, bias=False, reduction="mean",
-                 chunk=None, columns=None, ignore_first=0):
+                 chunk=None, ignore_first=0, ignore_index=-100, fp32_dw=False, magnitude="ordinary",
+                 dtype="cycle", hidden=False, chunks=None, lead=None, g=1.0, layout="contiguous"):
         self.n, self.h, self.v, self.ignored, self.smoothing = n, h, v, ignored, smoothing
         self.softcap, self.bias, self.reduction = softcap, bias, reduction
-        self.chunk, self.columns, self.ignore_first = chunk, columns, ignore_first
+        self.chunk, self.ignore_first, self.ignore_index = chunk, ignore_first, ignore_index
+        self.fp32_dw, self.magnitude, self.dtype, self.hidden = fp32_dw, magnitude, dtype, hidden
+        self.chunks, self.lead, self.g, self.layout = chunks, lead or (n,), g, layout
+
+    def dtype_at(self, index: int) -> torch.dtype:
+        if self.dtype == "half":
+            return training_half()
+        if self.dtype == "cycle":
+            return DTYPES[index % len(DTYPES)]
+        return getattr(torch, self.dtype)  # a dtype's name: "float32", "float16", "bfloat16"
 
     def describe(self, dtype) -> str:
         parts = [f"N={self.n}, H={self.h}, V={self.v}", _name(dtype), self.reduction]
@@ -42,19 +68,25 @@ class Case:
             parts.append(f"{self.ignored:.0%} of tokens ignored")
         if self.ignore_first:
             parts.append(f"the first {self.ignore_first} tokens ignored")
+        if self.ignore_index != -100:
+            parts.append(f"ignore_index={self.ignore_index}")
         if self.bias:
             parts.append("bias")
         if self.smoothing:
             parts.append(f"label_smoothing={self.smoothing}")
         if self.softcap:
             parts.append(f"softcap={self.softcap}")
+        if self.fp32_dw:
+            parts.append("fp32_dw=True")
+        if self.magnitude == "large":
+            parts.append("logits around +100")
         return ", ".join(parts)
 
     def targets(self, seed):
         gen = torch.Generator().manual_seed(seed + 3)
         t = torch.randint(0, self.v, (self.n,), generator=gen)
-        t[torch.rand(self.n, generator=gen) < self.ignored] = IGNORE
-        t[: self.ignore_first] = IGNORE
+        t[torch.rand(self.n, generator=gen) < self.ignored] = self.ignore_index
+        t[: self.ignore_first] = self.ignore_index
         return t.to(memfit.DEVICE)
 
     def inputs(self, dtype, seed):
@@ -63,9 +95,40 @@ class Case:
         b = _randn((self.v,), dtype, seed + 2, scale=0.5) if self.bias else None
         return x, w, self.targets(seed), b
 
-    def options(self):
-        return dict(ignore_index=IGNORE, reduction=self.reduction, label_smoothing=self.smoothing,
-                    softcap=self.softcap)
+    def options(self, fp32_dw=False):
+        options = dict(ignore_index=self.ignore_index, reduction=self.reduction, label_smoothing=self.smoothing,
+                       softcap=self.softcap)
+        if fp32_dw:
+            options["fp32_dw"] = self.fp32_dw
+        return options
+
+    def all_ignored(self, t) -> bool:
+        return bool((t == self.ignore_index).all())
+
+    def axes(self, dtype, chunk_rows=None) -> dict:
+        ignored = "all" if self.ignored == 1.0 else "some" if (self.ignored or self.ignore_first) else "none"
+        axes = {"dtype": _name(dtype), "reduction": self.reduction, "ignore_index": self.ignore_index,
+                "ignored": ignored, "label_smoothing": "on" if self.smoothing else "off",
+                "softcap": "on" if self.softcap else "off"}
+        if ignored == "some" and self.smoothing:
+            axes["ignored"] = ("some", "some, with label smoothing")
+        if chunk_rows and self.ignore_first >= chunk_rows:
+            axes["ignored"] = values(axes["ignored"]) + ("a whole chunk",)
+        return axes
+
+
+def values(v) -> tuple:
+    return tuple(v) if isinstance(v, tuple) else (v,)
+
+
+def _plan(records, cases: str):
+    """[(index, record, dtype)] of the records `cases` selects; dtypes cycle within the visible and hidden sets."""
+    visible, hidden = check_cases(cases)
+    out = []
+    for which in ([False] if visible else []) + ([True] if hidden else []):
+        chosen = [r for r in records if r.hidden == which]
+        out += [(i, r, r.dtype_at(i)) for i, r in enumerate(chosen)]
+    return out
 
 
 def _chain(x, w, t, b, case, logits_only=False):
@@ -74,9 +137,13 @@ def _chain(x, w, t, b, case, logits_only=False):
         logits = case.softcap * torch.tanh(logits / case.softcap)
     if logits_only:
         return logits
-    if (t == IGNORE).all() and case.reduction == "mean":
+    return _loss(logits, t, case)
+
+
+def _loss(logits, t, case):
+    if case.all_ignored(t) and case.reduction == "mean":
         return logits.sum() * 0  # the mean over no token: defined as 0 (PyTorch would give NaN)
-    return F.cross_entropy(logits, t, ignore_index=IGNORE, reduction=case.reduction,
+    return F.cross_entropy(logits, t, ignore_index=case.ignore_index, reduction=case.reduction,
                            label_smoothing=case.smoothing)
 
 
@@ -136,36 +203,51 @@ def _compare(got, x, w, t, b, case, dtype, what):
         raise CheckFailed(f"{what}: without a bias, db should be None")
 
 
+def _kept(report, what, allowed=KEPT_ALLOWED, besides: str = "its result"):
+    if report.kept_bytes > allowed:
+        raise CheckFailed(f"{what}: {format_bytes(report.kept_bytes)} stayed allocated after the call returned, "
+                          f"beyond {besides}: a scratch kept in a global or a cache outlives the call; allocate it "
+                          "inside the call and let it go")
+
+
 # -------------------------------------------------------------------------- exercise 1: loss and dlogits
 
-LOGIT_VISIBLE = [Case(8, 0, 50), Case(33, 0, 1000, ignored=0.3), Case(16, 0, 300, reduction="sum", smoothing=0.1),
-                 Case(10, 0, 200, ignored=1.0)]
-LOGIT_HIDDEN = [Case(40, 0, 513, softcap=5.0, ignored=0.2), Case(7, 0, 2049, smoothing=0.2, ignored=0.5),
-                Case(64, 0, 100, reduction="sum", softcap=3.0, smoothing=0.05)]
+CE_CASES = [
+    Case(8, 0, 50),
+    Case(33, 0, 1000, ignored=0.3),
+    Case(16, 0, 300, reduction="sum", smoothing=0.1, ignored=0.3, ignore_index=-1),
+    Case(10, 0, 200, ignored=1.0),
+    Case(12, 0, 64, softcap=5.0, smoothing=0.1, ignored=0.25, ignore_index=0),
+    Case(9, 0, 77, magnitude="large", reduction="sum", ignored=0.2),
+    Case(40, 0, 513, softcap=5.0, ignored=0.2, hidden=True),
+    Case(7, 0, 2049, smoothing=0.2, ignored=0.5, ignore_index=-1, hidden=True),
+    Case(64, 0, 100, reduction="sum", softcap=3.0, smoothing=0.05, hidden=True),
+    Case(20, 0, 300, magnitude="large", ignored=0.3, ignore_index=0, hidden=True),
+    Case(6, 0, 90, ignored=1.0, reduction="sum", ignore_index=-1, hidden=True),
+    Case(25, 0, 129, magnitude="large", smoothing=0.1, ignored=0.2, hidden=True),
+]
+
+
+def _logits(case, dtype, seed):
+    scale = 8.0 if case.softcap else 3.0  # peaked rows; softcap cases reach the cap's curved part
+    logits = _randn((case.n, case.v), dtype, seed, scale=scale)
+    return logits + 100 if case.magnitude == "large" else logits  # exp(100) overflows fp32
 
 
 def check_cross_entropy_with_grad(cross_entropy_with_grad, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    plan = (LOGIT_VISIBLE if visible else []) + (LOGIT_HIDDEN if hidden else [])
-    dtypes = _dtypes(hidden)
-    for seed, case in enumerate(plan):
-        dtype = dtypes[seed % len(dtypes)]
-        scale = 8.0 if case.softcap else 3.0  # peaked rows; softcap cases reach the cap's curved part
-        logits = _randn((case.n, case.v), dtype, 100 + seed, scale=scale)
-        t = case.targets(100 + seed)
+    for index, case, dtype in _plan(CE_CASES, cases):
+        seed = 100 + index + (50 if case.hidden else 0)
+        logits = _logits(case, dtype, seed)
+        t = case.targets(seed)
         what = f"cross_entropy_with_grad({case.describe(dtype).replace(', H=0', '')})"
-        got = call_learner(cross_entropy_with_grad, logits, t, **case.options(), what=what)
+        got = call_pure(cross_entropy_with_grad, logits, t, **case.options(), what=what)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise CheckFailed(f"{what} should return (loss, dlogits), got {type(got).__name__}")
         results = {}
         for key, cast in (("exact", torch.Tensor.double), ("same", lambda a: a)):
             leaf = cast(logits).detach().clone().requires_grad_(True)
             capped = case.softcap * torch.tanh(leaf / case.softcap) if case.softcap else leaf
-            if (t == IGNORE).all() and case.reduction == "mean":
-                loss = capped.sum() * 0
-            else:
-                loss = F.cross_entropy(capped, t, ignore_index=IGNORE, reduction=case.reduction,
-                                       label_smoothing=case.smoothing)
+            loss = _loss(capped, t, case)
             loss.backward()
             results[key] = (loss.detach(), leaf.grad)
         loss, dlogits = got
@@ -178,67 +260,176 @@ def check_cross_entropy_with_grad(cross_entropy_with_grad, cases: str = "visible
 
 # ------------------------------------------------------------------------ exercise 2: chunks of tokens
 
-CHUNK_VISIBLE = [Case(40, 16, 300, ignored=0.2, chunk=16), Case(64, 32, 1000, chunk=None),
-                 Case(37, 16, 257, ignore_first=16, chunk=16), Case(12, 8, 100, ignored=1.0, chunk=8)]
-CHUNK_HIDDEN = [Case(50, 24, 513, bias=True, smoothing=0.1, chunk=16, ignored=0.3),
-                Case(30, 16, 700, softcap=4.0, reduction="sum", chunk=8),
-                Case(33, 16, 128, ignore_first=32, chunk=32, bias=True)]
+CHUNK_CASES = [
+    Case(40, 16, 300, ignored=0.2, chunk=16),
+    Case(64, 32, 1000, chunk=None),
+    Case(37, 16, 257, ignore_first=16, ignored=0.2, smoothing=0.1, ignore_index=-1, chunk=16),
+    Case(12, 8, 100, ignored=1.0, chunk=8),
+    Case(24, 8, 120, bias=True, softcap=4.0, reduction="sum", ignored=0.2, ignore_index=0, chunk=8),
+    Case(50, 24, 513, bias=True, smoothing=0.1, chunk=16, ignored=0.3, hidden=True),
+    Case(30, 16, 700, softcap=4.0, reduction="sum", chunk=8, ignored=0.1, ignore_index=-1, hidden=True),
+    Case(33, 16, 128, ignore_first=32, chunk=32, bias=True, ignore_index=0, hidden=True),
+    Case(64, 16, 150, chunk=None, ignored=1.0, hidden=True),
+    Case(48, 16, 200, chunk=16, smoothing=0.2, hidden=True),
+]
+
+# Memory: (tokens, hidden, vocabulary) and chunk_size on both call paths, in every dtype; hidden sizes differ
+# (a cache keyed by size would show in the kept bytes of the warm-up call).
+# On the default path, shapes where Liger's rule gives 8 rows (a chunk of 7 rows is as right as one of 8).
+CHUNK_MEMORY = [Case(128, 32, 3000, ignored=0.1, chunk=16, dtype=d) for d in DTYPE_NAMES] + \
+               [Case(128, 64, 1000, ignored=0.1, chunk=None, dtype=d) for d in DTYPE_NAMES] + \
+               [Case(96, 48, 900, ignored=0.1, chunk=(None, 16)[i % 2], dtype=d, hidden=True)
+                for i, d in enumerate(DTYPE_NAMES)]
 
 
 def _chunk_message(case) -> str:
     return f"chunk_size={case.chunk}" if case.chunk else "the default chunk size"
 
 
+def _chunk_fit(case) -> str:
+    rows = case.chunk or reference.liger_chunk_size(case.n, case.h, case.v)
+    return "divides N" if case.n % rows == 0 else "a partial last chunk"
+
+
 def check_chunked_linear_ce(chunked_linear_ce, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    plan = (CHUNK_VISIBLE if visible else []) + (CHUNK_HIDDEN if hidden else [])
-    dtypes = _dtypes(hidden)
-    for seed, case in enumerate(plan):
-        dtype = dtypes[seed % len(dtypes)]
-        x, w, t, b = case.inputs(dtype, 200 + 10 * seed)
-        what = f"chunked_linear_ce({case.describe(dtype)}, {_chunk_message(case)})"
-        with poisoned_allocations():
-            got = call_learner(chunked_linear_ce, x, w, t, b, **case.options(), chunk_size=case.chunk, what=what)
-        _compare(got, x, w, t, b, case, dtype, what)
-    if visible:
-        _check_no_logits_tensor(lambda x, w, t: chunked_linear_ce(x, w, t, chunk_size=16), "chunked_linear_ce",
-                                "chunk_size=16", chunk_rows=16)
+    with given_references(chunked_linear_ce, cross_entropy_with_grad=reference.cross_entropy_with_grad):
+        for index, case, dtype in _plan(CHUNK_CASES, cases):
+            x, w, t, b = case.inputs(dtype, 200 + 10 * index + (500 if case.hidden else 0))
+            what = f"chunked_linear_ce({case.describe(dtype)}, {_chunk_message(case)})"
+            got = call_pure(chunked_linear_ce, x, w, t, b, **case.options(), chunk_size=case.chunk, what=what)
+            _compare(got, x, w, t, b, case, dtype, what)
+        for index, case, dtype in _plan(CHUNK_MEMORY, cases):
+            _check_chunked_memory(chunked_linear_ce, case, dtype)
+
+
+def _check_chunked_memory(chunked_linear_ce, case, dtype):
+    x, w, t, _ = case.inputs(dtype, 7)
+    what = f"chunked_linear_ce({case.describe(dtype)}, {_chunk_message(case)})"
+    _, report = measure_peak(lambda: call_learner(chunked_linear_ce, x, w, t, chunk_size=case.chunk, what=what),
+                             device=memfit.DEVICE, meter=LIVE_TENSORS, warmup=False)
+    _no_logits_tensor(report, case, dtype, what)
+    rows = case.chunk or reference.liger_chunk_size(case.n, case.h, case.v)
+    grads = (case.n + case.v) * case.h * x.element_size()
+    allowed = grads + 6 * rows * case.v * 4
+    if report.peak_bytes > allowed:
+        raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds dX + dW "
+                          f"({format_bytes(grads)}) plus six fp32 chunks of {rows} rows of logits "
+                          f"({format_bytes(allowed - grads)}): free each chunk's tensors before the next chunk"
+                          + ("" if case.chunk else ", and size the default chunks by Liger's rule (liger_chunk_size)"))
+    _kept(report, what)
+
+
+def _no_logits_tensor(report, case, dtype, what):
+    logits = case.n * case.v * dtype.itemsize
+    if case.n <= case.h:  # dW (V x H) is as large as the logits: the peak tells
+        return
+    if report.largest_bytes is not None and report.largest_bytes >= logits:
+        raise CheckFailed(f"{what}: a tensor of {format_bytes(report.largest_bytes)} existed during the call; the "
+                          f"full logits are {format_bytes(logits)}: compute one chunk of tokens at a time")
 
 
 # ------------------------------------------------------------- exercise 3: the Triton kernels, in tiles
 
-# (case, chunks): tiles of whole rows (Vc >= V) and tiles over the vocabulary (Vc < V, not dividing V).
-TILE_VISIBLE = [(Case(40, 16, 300, ignored=0.2), (16, 300)), (Case(37, 16, 1000, ignore_first=16), (16, 256)),
-                (Case(20, 8, 513, ignored=1.0), (8, 200)), (Case(64, 32, 700), None)]
-TILE_HIDDEN = [(Case(50, 24, 513, bias=True, smoothing=0.1, ignored=0.3), (32, 128)),
-               (Case(30, 16, 2100, softcap=4.0, reduction="sum"), (16, 1024)),
-               (Case(33, 16, 130, ignore_first=32, bias=True), (32, 200)),
-               (Case(48, 16, 777, smoothing=0.05, softcap=3.0, ignored=0.1), (16, 300))]
-TILE_HIDDEN_GPU = [(Case(1000, 256, 32001, ignored=0.1), (256, 8192)),
-                   (Case(2048, 512, 50257, bias=True, smoothing=0.1), None)]
+BLOCK = _config("ce_rows")["BLOCK"]  # the reference kernels' block on this machine
+
+# chunks: tiles of whole rows (Vc >= V), tiles over the vocabulary (Vc < V, dividing V or not), or None
+# (chunk_plan's). The softcap cases with tiles narrower than a block catch padding lanes that enter the sum.
+TILE_CASES = [
+    Case(40, 16, 300, ignored=0.2, chunks=(16, 300)),
+    Case(37, 16, 1000, ignore_first=16, ignored=0.1, smoothing=0.1, ignore_index=-1, chunks=(16, 256)),
+    Case(20, 8, 513, ignored=1.0, chunks=(8, 200)),
+    Case(64, 32, 700, bias=True, reduction="sum", fp32_dw=True, dtype="half", chunks=None),
+    Case(32, 16, 40, softcap=2.0, ignored=0.2, ignore_index=0, bias=True, chunks=(16, 20)),
+    Case(50, 24, 513, bias=True, smoothing=0.1, ignored=0.3, chunks=(32, 128), hidden=True),
+    Case(30, 16, 2100, softcap=4.0, reduction="sum", ignore_index=-1, chunks=(16, 1024), hidden=True),
+    Case(33, 16, 130, ignore_first=32, bias=True, ignore_index=0, fp32_dw=True, dtype="half", chunks=(32, 200),
+         hidden=True),
+    Case(48, 16, 777, smoothing=0.05, softcap=3.0, ignored=0.1, chunks=(16, 300), hidden=True),
+    Case(24, 8, 300, ignored=1.0, chunks=None, hidden=True),
+    Case(48, 16, 60, softcap=1.5, ignored=0.2, bias=True, smoothing=0.1, chunks=(16, 20), hidden=True),
+]
+if memfit.HAS_GPU:  # output layers of real size, and a tile wider than the GPU's block
+    TILE_CASES += [Case(300, 64, 5000, ignored=0.1, smoothing=0.1, chunks=(128, 4100)),
+                   Case(1000, 256, 32001, ignored=0.1, chunks=(256, 8192), hidden=True),
+                   Case(2048, 512, 50257, bias=True, smoothing=0.1, chunks=None, hidden=True)]
+
+# Arguments the fused loss cannot take (check_linear_ce_inputs, given in the notebook): ValueError.
+INVALID = ("weight of another hidden size", "int32 targets", "reduction='none'", "a bias of the wrong size",
+           "label_smoothing=1", "softcap=0")
+
+
+def _invalid_call(kind, n):
+    x, w, t, b = Case(n, 16, 50).inputs(torch.float32, 1)
+    args, options = [x, w, t], {}
+    if kind == "weight of another hidden size":
+        args[1] = w[:, :-1]
+    elif kind == "int32 targets":
+        args[2] = t.int()
+    elif kind == "reduction='none'":
+        options["reduction"] = "none"
+    elif kind == "a bias of the wrong size":
+        args.append(b[:-1] if b is not None else torch.zeros(49, device=memfit.DEVICE))
+    elif kind == "label_smoothing=1":
+        options["label_smoothing"] = 1.0
+    elif kind == "softcap=0":
+        options["softcap"] = 0.0
+    return args, options
+
+
+def _tiles(case, n=None, v=None, elem=None):
+    n, v = n or case.n, v or case.v
+    chunks = case.chunks or reference.chunk_plan(n, case.h, v, elem)
+    return min(chunks[0], n), min(chunks[1], v)
+
+
+def _tile_axes(case, dtype) -> dict:
+    rows, cols = _tiles(case, elem=dtype.itemsize)
+    axes = case.axes(dtype, chunk_rows=rows)
+    axes.update({"bias": case.bias, "fp32_dw": case.fp32_dw,
+                 "chunks": "None" if case.chunks is None else "whole rows" if cols >= case.v else "vocabulary tiles",
+                 "last_chunk": "full" if case.n % rows == 0 else "partial",
+                 "tile_vs_block": "narrower than a block" if cols < BLOCK else "more than one block"})
+    if cols < case.v:
+        axes["last_tile"] = "full" if case.v % cols == 0 else "partial"
+    return axes
+
+
+@contextlib.contextmanager
+def _guarded(what):
+    """guarded_allocations, its message prefixed with the call that wrote out of bounds."""
+    try:
+        with guarded_allocations():
+            yield
+    except CheckFailed as exc:
+        if str(exc).startswith("a kernel wrote"):
+            raise CheckFailed(f"{what}: {exc}") from None
+        raise
+
+
+def _softmax_free(fn, what):
+    """fn() with PyTorch's ops recorded (an interpreted launch's own copies not): the softmax is the kernels'."""
+    recorder = LiveTensorMeter()
+    with _interpreter_launches_free(recorder), recorder:
+        got = fn()
+    _no_softmax(recorder.ops, what)
+    return got
 
 
 def check_fused_linear_ce_forward(fused_linear_ce_forward, cases: str = "visible") -> None:
     visible, hidden = check_cases(cases)
-    plan = (TILE_VISIBLE if visible else []) + (TILE_HIDDEN + (TILE_HIDDEN_GPU if memfit.HAS_GPU else [])
-                                                if hidden else [])
-    dtypes = _dtypes(hidden)
-    for seed, (case, chunks) in enumerate(plan):
-        dtype = dtypes[seed % len(dtypes)]
-        x, w, t, b = case.inputs(dtype, 300 + 10 * seed)
-        tiles = f"chunks={chunks}" if chunks else "the default chunk_plan"
+    for index, case, dtype in _plan(TILE_CASES, cases):
+        x, w, t, b = case.inputs(dtype, 300 + 10 * index + (500 if case.hidden else 0))
+        tiles = f"chunks={case.chunks}" if case.chunks else "the default chunk_plan"
         what = f"fused_linear_ce_forward({case.describe(dtype)}, {tiles})"
-        with poisoned_allocations():
-            got = call_learner(fused_linear_ce_forward, x, w, t, b, **case.options(), chunks=chunks, what=what)
+        with _guarded(what):
+            got = _softmax_free(lambda: call_pure(fused_linear_ce_forward, x, w, t, b, **case.options(True),
+                                                  chunks=case.chunks, what=what), what)
         _compare(got, x, w, t, b, case, dtype, what)
-    if visible:
-        x, w, t, _ = Case(8, 16, 50).inputs(torch.float32, 1)
-        expect_value_error(fused_linear_ce_forward, x, w[:, :-1], t, what="fused_linear_ce_forward with weight of "
-                           "hidden size 15 and x of 16", why="naming the shapes")
-        expect_value_error(fused_linear_ce_forward, x, w, t.int(), what="fused_linear_ce_forward with int32 targets",
-                           why="naming the dtype")
-        expect_value_error(fused_linear_ce_forward, x, w, t, None, IGNORE, "none",
-                           what="fused_linear_ce_forward with reduction='none'", why="naming the reduction")
+    for which, n in ((visible, 8), (hidden, 11)):
+        for kind in INVALID if which else ():
+            args, options = _invalid_call(kind, n)
+            expect_value_error(lambda *a: fused_linear_ce_forward(*a, **options), *args,
+                               what=f"fused_linear_ce_forward with {kind} (N={n})", why="naming the bad argument")
 
 
 # Softmax-shaped work PyTorch must not do on the logits: the kernels do it.
@@ -246,110 +437,246 @@ SOFTMAX_OPS = frozenset({"aten._log_softmax", "aten._softmax", "aten.logsumexp",
                          "aten.nll_loss_nd", "aten.cross_entropy_loss", "aten.exp", "aten.amax"})
 
 
-def _check_no_logits_tensor(fn, name: str, setting: str, chunk_rows: int | None = None):
-    """Live-tensor meter on fp32 inputs: no storage of N x V elements; with chunk_rows, nothing above a few
-    chunks of logits either."""
-    case = Case(128, 32, 3000, ignored=0.1)
-    x, w, t, _ = case.inputs(torch.float32, 7)
-    what = f"{name}(N={case.n}, H={case.h}, V={case.v}, fp32, {setting})"
-    _, report = measure_peak(lambda: call_learner(fn, x, w, t, what=what), device=memfit.DEVICE, meter=LIVE_TENSORS,
-                             warmup=False)
-    logits = case.n * case.v * 4
-    if report.largest_bytes >= logits:
-        raise CheckFailed(f"{what}: a tensor of {format_bytes(report.largest_bytes)} existed during the call; the "
-                          f"full logits are {format_bytes(logits)}: compute one chunk of tokens at a time")
-    grads = (case.n + case.v) * case.h * 4
-    if chunk_rows is not None:
-        allowed = grads + 6 * chunk_rows * case.v * 4
-        if report.peak_bytes > allowed:
-            raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds dX + dW "
-                              f"({format_bytes(grads)}) plus six chunks of logits ({format_bytes(allowed - grads)}): "
-                              "free each chunk's tensors before the next chunk")
-    return report, grads
+def _no_softmax(ops, what):
+    used = sorted(set(ops) & SOFTMAX_OPS)
+    if used:
+        raise CheckFailed(f"{what}: PyTorch computed a softmax ({', '.join(used)}): the logsumexp and dlogits "
+                          "belong in ce_stats_kernel and ce_grad_kernel")
 
 
-def _scratch_allowance(grads: int) -> int:
-    """What the fused loss may use beyond dX + dW: 5%, and at these small sizes at least chunk_plan's 1 MiB
-    floor plus small per-token vectors."""
-    return max(grads // 20, (1 << 20) + (256 << 10))
+SCRATCH_SLACK = 64 << 10  # a few small temporaries (lse, masks, a row's loss)
+
+
+def _scratch(case, dtype) -> tuple[int, str]:
+    """The scratch a tiled forward needs beyond dX + dW, from its plan: one tile of logits, an fp32 dX_c
+    accumulator and one C x H product (chunk_plan's docstring), per-token statistics, and with fp32_dw the fp32
+    dW buffer and one tile's product; at least 5% of dX + dW (the CUDA allocator's rounding)."""
+    elem = dtype.itemsize
+    rows, cols = _tiles(case, elem=elem)
+    grads = (case.n + case.v) * case.h * elem
+    scratch = rows * cols * elem + 2 * rows * case.h * 4 + 16 * case.n * 4 + SCRATCH_SLACK
+    said = f"one tile of {rows} x {cols} logits, a {rows} x {case.h} fp32 accumulator and product, per-token vectors"
+    if case.fp32_dw:
+        scratch += case.v * case.h * 4 + cols * case.h * 4
+        said += ", the fp32 dW buffer"
+    return max(scratch, grads // 20), said
+
+
+# Memory on every call path: chunks None and given (vocabulary tiles), fp32_dw off and on, each dtype; the
+# hidden sizes differ from the visible ones and from the numerics' (a cache keyed by size would hide). The
+# visible default-path case has logits above chunk_plan's 1 MiB floor, so its tile is less than all of them (a
+# tile of every logit shows); at the hidden one's size the plan's one tile holds them all.
+FUSED_MEMORY = [Case(530, 32, 500, ignored=0.1, chunks=None, dtype="float32"),
+                Case(16, 32, 3000, chunks=(16, 256), dtype="float32"),
+                Case(32, 64, 1000, ignored=0.1, chunks=(16, 512), dtype=DTYPE_NAMES[1]),
+                Case(32, 64, 1000, chunks=(16, 512), fp32_dw=True, dtype=DTYPE_NAMES[1]),
+                Case(40, 32, 900, ignored=0.1, chunks=None, dtype=DTYPE_NAMES[1], hidden=True),
+                Case(24, 48, 1100, ignore_index=-1, ignored=0.2, chunks=(16, 384), dtype="float32", hidden=True),
+                Case(24, 48, 1100, chunks=(16, 384), fp32_dw=True, dtype=DTYPE_NAMES[1], hidden=True)]
+if len(DTYPES) > 2:
+    FUSED_MEMORY += [Case(40, 64, 1000, chunks=(16, 512), dtype=DTYPE_NAMES[2]),
+                     Case(24, 48, 1200, chunks=(16, 384), dtype=DTYPE_NAMES[2], hidden=True)]
+if memfit.HAS_GPU:  # the CUDA allocator's figure at an output layer's size, on the default path in each dtype
+    FUSED_MEMORY += [Case(4096, 1024, 32768, ignored=0.1, chunks=None, dtype=d) for d in DTYPE_NAMES[1:]] + \
+                    [Case(2048, 768, 50257, chunks=None, dtype=d, hidden=True) for d in DTYPE_NAMES[1:]]
+
+
+def _memory_axes(case, dtype) -> dict:
+    return {"dtype": _name(dtype), "chunks": "None" if case.chunks is None else "given", "fp32_dw": case.fp32_dw,
+            "kept": "after the call"}
 
 
 def check_fused_linear_ce_memory(fused_linear_ce_forward, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    if visible:
-        report, grads = _check_no_logits_tensor(fused_linear_ce_forward, "fused_linear_ce_forward",
-                                                "the default chunk_plan")
-        what = "fused_linear_ce_forward(N=128, H=32, V=3000, fp32, the default chunk_plan)"
-        if report.peak_bytes > grads + _scratch_allowance(grads):
-            raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds dX + dW "
-                              f"({format_bytes(grads)}) plus {format_bytes(_scratch_allowance(grads))} of scratch: "
-                              "reuse one tile buffer and overwrite its logits with their gradient")
-        used = sorted(set(report.ops) & SOFTMAX_OPS)
-        if used:
-            raise CheckFailed(f"{what}: PyTorch computed a softmax ({', '.join(used)}): the logsumexp and dlogits "
-                              "belong in ce_stats_kernel and ce_grad_kernel")
-    if memfit.HAS_GPU:
-        half = training_half()
-        case = Case(4096, 1024, 32768, ignored=0.1) if visible else Case(2048, 768, 50257, bias=False)
-        x, w, t, _ = case.inputs(half, 11)
+    for index, case, dtype in _plan(FUSED_MEMORY, cases):
+        x, w, t, _ = case.inputs(dtype, 11 + index)
+        tiles = f"chunks={case.chunks}" if case.chunks else "the default chunk_plan"
+        what = f"fused_linear_ce_forward({case.describe(dtype)}, {tiles})"
+        big = case.n * case.v > 10 ** 7
+        _, report = measure_peak(lambda: call_learner(fused_linear_ce_forward, x, w, t, **case.options(True),
+                                                      chunks=case.chunks, what=what),
+                                 device=memfit.DEVICE, meter=None if big else LIVE_TENSORS, warmup=big)
+        rows, cols = _tiles(case, elem=dtype.itemsize)
+        if not big and rows * cols < case.n * case.v:  # where the plan's one tile is not all the logits
+            _no_logits_tensor(report, case, dtype, what)
+        if not big:
+            _no_softmax(report.ops, what)
         grads = (case.n + case.v) * case.h * x.element_size()
-        what = f"fused_linear_ce_forward({case.describe(half)}, the default chunk_plan)"
-        _, report = measure_peak(lambda: call_learner(fused_linear_ce_forward, x, w, t, what=what),
-                                 device=memfit.DEVICE)
-        if report.peak_bytes > grads + _scratch_allowance(grads):
+        scratch, said = _scratch(case, dtype)
+        if report.peak_bytes > grads + scratch:
             raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds dX + dW "
-                              f"({format_bytes(grads)}) + 5%; the logits alone are "
-                              f"{format_bytes(case.n * case.v * x.element_size())}")
+                              f"({format_bytes(grads)}) plus {format_bytes(scratch)} of scratch ({said}): reuse "
+                              "one tile buffer, overwrite its logits with their gradient, and accumulate dW in "
+                              "the weight's dtype unless fp32_dw=True")
+        _kept(report, what)
 
 
 # ------------------------------------------------------------------- exercise 4: the autograd Function
 
+# lead: x's shape without H (the tokens of a batch of sequences); layout: x and targets contiguous, or views with
+# their first two dimensions transposed; g: the loss's upstream gradient.
+FUNCTION_CASES = [
+    Case(40, 16, 300, ignored=0.2, lead=(2, 20), g=3.0, dtype="float32"),
+    Case(48, 16, 130, bias=True, smoothing=0.1, softcap=5.0, ignored=0.2, ignore_index=-1, lead=(2, 3, 8), g=1.0,
+         layout="transposed view"),
+    Case(24, 8, 100, reduction="sum", fp32_dw=True, ignored=0.2, ignore_index=0, lead=(24,), g=0.5, dtype="half"),
+    Case(48, 16, 513, bias=True, smoothing=0.1, softcap=5.0, ignored=0.2, lead=(4, 3, 4), g=0.25, hidden=True),
+    Case(60, 16, 200, ignored=0.3, ignore_index=-1, reduction="sum", lead=(5, 12), g=1.0, layout="transposed view",
+         dtype="float32", hidden=True),
+    Case(30, 8, 150, fp32_dw=True, bias=True, ignore_index=0, ignored=0.1, lead=(30,), g=2.0, dtype="half",
+         hidden=True),
+]
+if len(DTYPES) > 2:  # each dtype of the profile in both sets
+    FUNCTION_CASES += [Case(32, 16, 200, ignored=0.1, lead=(4, 8), g=2.0, dtype=DTYPE_NAMES[2]),
+                       Case(36, 16, 210, ignored=0.1, lead=(6, 6), g=2.0, dtype=DTYPE_NAMES[2], hidden=True)]
+FUNCTION_CASES += [Case(20, 8, 90, smoothing=0.1, lead=(4, 5), g=3.0, dtype=DTYPE_NAMES[1], layout="transposed view"),
+                   Case(28, 8, 95, lead=(2, 2, 7), g=0.5, dtype=DTYPE_NAMES[1], hidden=True)]
+
+# Memory of forward + backward: H large against the tile, so a copy of dX + dW in backward shows.
+FUNCTION_MEMORY = [Case(32, 128, 1000, ignored=0.1, dtype=d) for d in DTYPE_NAMES] + \
+                  [Case(24, 128, 900, ignored=0.1, dtype=d, hidden=True) for d in DTYPE_NAMES]
+if memfit.HAS_GPU:
+    FUNCTION_MEMORY += [Case(4096, 1024, 32768, ignored=0.1, dtype="half")]
+
+
+def _as_given(case, a, leaf=False):
+    """a's (N, ...) tokens as the case hands them over: shaped lead, and for a transposed view stored with the
+    first two dims swapped. Returns (the tensor the function gets, the stored tensor, stored grad -> (N, ...))."""
+    shaped = a.reshape(*case.lead, *a.shape[1:])
+    if case.layout != "transposed view":
+        stored = shaped.requires_grad_(True) if leaf else shaped
+        return stored, stored, lambda grad: grad.reshape(a.shape)
+    stored = shaped.transpose(0, 1).contiguous()
+    if leaf:
+        stored.requires_grad_(True)
+    return stored.transpose(0, 1), stored, lambda grad: grad.transpose(0, 1).reshape(a.shape)
+
+
+def _function_axes(case, dtype) -> dict:
+    axes = case.axes(dtype)
+    axes.update({"bias": case.bias, "fp32_dw": case.fp32_dw, "x_rank": len(case.lead) + 1, "layout": case.layout,
+                 "upstream_g": "1" if case.g == 1.0 else "not 1"})
+    return axes
+
+
 def check_fused_linear_cross_entropy(fused_linear_cross_entropy, cases: str = "visible") -> None:
-    visible, hidden = check_cases(cases)
-    plan = ([(Case(40, 16, 300, ignored=0.2), (2, 20), 3.0)] if visible else []) + \
-           ([(Case(48, 16, 513, bias=True, smoothing=0.1, softcap=5.0), (4, 3, 4), 0.25)] if hidden else [])
-    dtypes = _dtypes(hidden)
-    for seed, (case, lead, g) in enumerate(plan):
-        dtype = dtypes[-1] if hidden and not visible else torch.float32
-        x, w, t, b = case.inputs(dtype, 400 + seed)
-        what = (f"fused_linear_cross_entropy({case.describe(dtype)}, x of shape {(*lead, case.h)}, "
-                f"backward of {g} x loss)")
-        leaves = [None if a is None else a.detach().clone().requires_grad_(True) for a in (x, w, b)]
-        loss = call_learner(fused_linear_cross_entropy, leaves[0].view(*lead, case.h), leaves[1], t.view(lead),
-                            leaves[2], **case.options(), what=what)
-        if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.requires_grad:
-            raise CheckFailed(f"{what}: should return a 0-dim loss that autograd can differentiate")
-        call_learner((loss * g).backward, what=what + ", backward")
-        exact, same = _references(x, w, t, b, case)
-        _close(loss.detach().float(), exact[0], same[0].float(), what + ", loss", _loss_floor(dtype, case.v))
-        for name, leaf, e, s, terms in (("x.grad", leaves[0], exact[1], same[1], case.v),
-                                        ("weight.grad", leaves[1], exact[2], same[2], case.n),
-                                        ("bias.grad", leaves[2], exact[3], same[3], case.n)):
-            if leaf is None:
-                continue
-            if leaf.grad is None:
-                raise CheckFailed(f"{what}: {name} is None: backward should return the gradient for it")
-            _close(leaf.grad, e * g, s * g, f"{what}, {name}", _floor(dtype, terms))
-    if visible:
-        case = Case(128, 32, 3000, ignored=0.1) if not memfit.HAS_GPU else Case(4096, 1024, 32768, ignored=0.1)
-        dtype = training_half() if memfit.HAS_GPU else torch.float32
-        x, w, t, _ = case.inputs(dtype, 12)
-        x.requires_grad_(True)
-        w.requires_grad_(True)
-        grads = (case.n + case.v) * case.h * x.element_size()
-        what = f"fused_linear_cross_entropy forward + backward of 3 x loss ({case.describe(dtype)})"
+    with given_references(fused_linear_cross_entropy, fused_linear_ce_forward=reference.fused_linear_ce_forward):
+        for index, case, dtype in _plan(FUNCTION_CASES, cases):
+            _check_function_case(fused_linear_cross_entropy, case, dtype, 400 + index + (50 if case.hidden else 0))
+        for index, case, dtype in _plan(FUNCTION_MEMORY, cases):
+            _check_function_memory(fused_linear_cross_entropy, case, dtype)
 
-        def forward_backward():
-            (call_learner(fused_linear_cross_entropy, x, w, t, what=what) * 3).backward()
 
-        # No warm-up call: its gradients would sit in .grad, inside the baseline.
-        _, report = measure_peak(lambda: call_learner(forward_backward, what=what), device=memfit.DEVICE,
-                                 warmup=False)
-        allowed = grads + _scratch_allowance(grads)
-        if report.peak_bytes > allowed:
-            raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds x.grad + "
-                              f"weight.grad ({format_bytes(grads)}) plus {format_bytes(allowed - grads)}: scale "
-                              "the saved gradients in place in backward; a copy doubles dW")
+def _check_function_case(fused_linear_cross_entropy, case, dtype, seed):
+    x, w, t, b = case.inputs(dtype, seed)
+    g = case.g
+    what = (f"fused_linear_cross_entropy({case.describe(dtype)}, x of shape {(*case.lead, case.h)}"
+            + (", x and targets transposed views" if case.layout != "contiguous" else "")
+            + f", backward of {g} x loss)")
+    xv, x_leaf, dx_of = _as_given(case, x.detach().clone(), leaf=True)
+    tv = _as_given(case, t)[0]
+    leaves = [None if a is None else a.detach().clone().requires_grad_(True) for a in (w, b)]
+    loss = call_pure(fused_linear_cross_entropy, xv, leaves[0], tv, leaves[1], **case.options(True), what=what)
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.requires_grad:
+        raise CheckFailed(f"{what}: should return a 0-dim loss that autograd can differentiate")
+    call_learner((loss * g).backward, what=what + ", backward")
+    exact, same = _references(x, w, t, b, case)
+    _close(loss.detach().float(), exact[0], same[0].float(), what + ", loss", _loss_floor(dtype, case.v))
+    for name, leaf, e, s, terms, reshape in (("x.grad", x_leaf, exact[1], same[1], case.v, dx_of),
+                                             ("weight.grad", leaves[0], exact[2], same[2], case.n, None),
+                                             ("bias.grad", leaves[1], exact[3], same[3], case.n, None)):
+        if leaf is None:
+            continue
+        if leaf.grad is None:
+            raise CheckFailed(f"{what}: {name} is None: backward should return the gradient for it")
+        grad = leaf.grad if reshape is None else reshape(leaf.grad)
+        _close(grad, e * g, s * g, f"{what}, {name}", _floor(dtype, terms))
+
+
+def _check_function_memory(fused_linear_cross_entropy, case, dtype):
+    x, w, t, _ = case.inputs(dtype, 12)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    grads = (case.n + case.v) * case.h * x.element_size()
+    what = f"fused_linear_cross_entropy forward + backward of 3 x loss ({case.describe(dtype)})"
+
+    def forward_backward():
+        (call_learner(fused_linear_cross_entropy, x, w, t, what=what) * 3).backward()
+
+    # No warm-up call: its gradients would sit in .grad, inside the baseline.
+    big = case.n * case.v > 10 ** 7  # the CUDA allocator's figure at an output layer's size; else the live meter
+    _, report = measure_peak(lambda: call_learner(forward_backward, what=what), device=memfit.DEVICE,
+                             meter=None if big else LIVE_TENSORS, warmup=False)
+    scratch, said = _scratch(case, dtype)
+    if report.peak_bytes > grads + scratch:
+        raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds x.grad + "
+                          f"weight.grad ({format_bytes(grads)}) plus {format_bytes(scratch)} of scratch ({said}): "
+                          "scale the saved gradients in place in backward; a copy doubles dW")
+    _kept(report, what, allowed=grads + KEPT_ALLOWED, besides="x.grad and weight.grad")
+
+
+# ------------------------------------------------------------------------------------------- axes
+
+_COMMON = {"dtype": DTYPE_NAMES, "reduction": ("mean", "sum"), "ignore_index": (-100, -1, 0),
+           "label_smoothing": ("off", "on"), "softcap": ("off", "on")}
+
+AXES = {
+    "cross_entropy_with_grad": {**_COMMON, "ignored": ("none", "some", "some, with label smoothing", "all"),
+                                "magnitude": ("ordinary", "large (exp overflows without the row's maximum)")},
+    "chunked_linear_ce": {**_COMMON, "ignored": ("none", "some", "some, with label smoothing", "all",
+                                                 "a whole chunk"),
+                          "bias": (False, True), "chunk_size": ("given", "None"),
+                          "last_chunk": ("divides N", "a partial last chunk"),
+                          "memory": ("chunk_size given", "chunk_size None", "kept after the call"),
+                          "memory_dtype": DTYPE_NAMES},
+    "fused_linear_ce_forward": {**_COMMON, "ignored": ("none", "some", "some, with label smoothing", "all",
+                                                       "a whole chunk"),
+                                "bias": (False, True), "fp32_dw": (False, True),
+                                "chunks": ("None", "whole rows", "vocabulary tiles"),
+                                "last_chunk": ("full", "partial"), "last_tile": ("full", "partial"),
+                                "tile_vs_block": ("narrower than a block", "more than one block"),
+                                "arguments": ("valid",) + INVALID},
+    "fused_linear_ce_memory": {"dtype": DTYPE_NAMES, "chunks": ("None", "given"), "fp32_dw": (False, True),
+                               "kept": ("after the call",)},
+    "fused_linear_cross_entropy": {**_COMMON, "ignored": ("none", "some", "some, with label smoothing"),
+                                   "bias": (False, True), "fp32_dw": (False, True), "x_rank": (2, 3, 4),
+                                   "layout": ("contiguous", "transposed view"), "upstream_g": ("1", "not 1"),
+                                   "memory_dtype": DTYPE_NAMES,
+                                   "memory": ("forward + backward", "kept after the call")},
+}
+
+
+def _ce_axes(case, dtype) -> dict:
+    axes = case.axes(dtype)
+    axes["magnitude"] = "ordinary" if case.magnitude == "ordinary" else AXES["cross_entropy_with_grad"]["magnitude"][1]
+    return axes
+
+
+def _chunk_axes(case, dtype) -> dict:
+    rows = case.chunk or reference.liger_chunk_size(case.n, case.h, case.v)
+    axes = case.axes(dtype, chunk_rows=rows)
+    axes.update({"bias": case.bias, "chunk_size": "given" if case.chunk else "None", "last_chunk": _chunk_fit(case)})
+    return axes
+
+
+def case_axes(check: str, cases: str) -> list[dict]:
+    """The cases `check` runs under `cases` ("visible" or "hidden"), each as {axis: value}: read from the same
+    records the check iterates over."""
+    if check == "cross_entropy_with_grad":
+        return [_ce_axes(case, dtype) for _, case, dtype in _plan(CE_CASES, cases)]
+    if check == "chunked_linear_ce":
+        return [_chunk_axes(case, dtype) for _, case, dtype in _plan(CHUNK_CASES, cases)] + \
+               [{"memory": ("chunk_size given" if case.chunk else "chunk_size None", "kept after the call"),
+                 "memory_dtype": _name(dtype)} for _, case, dtype in _plan(CHUNK_MEMORY, cases)]
+    if check == "fused_linear_ce_forward":
+        return [{**_tile_axes(case, dtype), "arguments": "valid"} for _, case, dtype in _plan(TILE_CASES, cases)] + \
+               [{"arguments": INVALID}]
+    if check == "fused_linear_ce_memory":
+        return [_memory_axes(case, dtype) for _, case, dtype in _plan(FUSED_MEMORY, cases)]
+    if check == "fused_linear_cross_entropy":
+        return [_function_axes(case, dtype) for _, case, dtype in _plan(FUNCTION_CASES, cases)] + \
+               [{"memory": ("forward + backward", "kept after the call"), "memory_dtype": _name(dtype)}
+                for _, case, dtype in _plan(FUNCTION_MEMORY, cases)]
+    raise KeyError(f"lesson 06 has no check {check!r}")
 
 
 CHECKS = [

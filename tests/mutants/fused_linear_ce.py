@@ -212,6 +212,50 @@ def tiles_other_chunks(x, weight, targets, *args, chunks=None, **kwargs):  # rig
     return _tiles(x, weight, targets, *args, chunks=(32, 200), **kwargs)
 
 
+@torch.no_grad()
+def tiles_full_grid_last_chunk(x, weight, targets, bias=None, ignore_index=-100, reduction="mean",
+                               label_smoothing=0.0, softcap=None, fp32_dw=False, chunks=None):
+    """Right numbers in rows it owns, but every chunk launches a full grid of C programs: on a partial last chunk
+    the extra programs write past the end of the per-token statistics (m, l, ...)."""
+    n, h = x.shape
+    vocab = weight.shape[0]
+    tokens, columns = chunks or ref.chunk_plan(n, h, vocab, x.element_size())
+    keep = targets != ignore_index
+    scale = 1.0 / max(int(keep.sum()), 1) if reduction == "mean" else 1.0
+    fp32 = dict(dtype=torch.float32, device=x.device)
+    dx, dw = torch.empty_like(x), torch.zeros(weight.shape, **fp32)
+    db = None if bias is None else torch.zeros(vocab, **fp32)
+    m = torch.full((n,), float("-inf"), **fp32)
+    l, total, z_t = torch.zeros(n, **fp32), torch.zeros(n, **fp32), torch.zeros(n, **fp32)
+    tile = torch.empty(tokens * columns, dtype=x.dtype, device=x.device)  # room for the extra rows' stores
+    launch = dict(softcap=softcap or 1.0, SOFTCAP=softcap is not None, **config("ce_rows"))
+    for t0 in range(0, n, tokens):
+        t1 = min(t0 + tokens, n)
+        xc, tc = x[t0:t1], targets[t0:t1]
+        acc = torch.zeros(t1 - t0, h, **fp32)
+        for second_pass in (False, True):
+            for v0 in range(0, vocab, columns):
+                v1 = min(v0 + columns, vocab)
+                z = tile[:(t1 - t0) * (v1 - v0)].view(t1 - t0, v1 - v0)
+                torch.mm(xc, weight[v0:v1].t(), out=z) if bias is None else torch.addmm(bias[v0:v1], xc,
+                                                                                       weight[v0:v1].t(), out=z)
+                if not second_pass:
+                    ref.ce_stats_kernel[(tokens,)](z, z.stride(0), tc, m[t0:t1], l[t0:t1], z_t[t0:t1],
+                                                   total[t0:t1], v0, v1 - v0, **launch)
+                    continue
+                ref.ce_grad_kernel[(tokens,)](z, z.stride(0), tc, m[t0:t1] + torch.log(l[t0:t1]), v0, v1 - v0,
+                                              vocab, ignore_index, scale, label_smoothing, **launch)
+                dw[v0:v1] += z.t().float() @ xc.float()
+                acc += z.float() @ weight[v0:v1].float()
+                if db is not None:
+                    db[v0:v1] += z.sum(0, dtype=torch.float32)
+        dx[t0:t1] = acc
+    lse = m + torch.log(l)
+    eps = label_smoothing
+    loss = torch.where(keep, (1 - eps) * (lse - z_t) + eps * (lse - total / vocab), 0.0).sum() * scale
+    return loss, dx, dw.to(weight.dtype), None if db is None else db.to(bias.dtype)
+
+
 # ------------------------------------------------------------------- exercise 4: the autograd Function
 class _Scaled(torch.autograd.Function):
     @staticmethod
