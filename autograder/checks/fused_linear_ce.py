@@ -449,13 +449,16 @@ SCRATCH_SLACK = 64 << 10  # a few small temporaries (lse, masks, a row's loss)
 
 def _scratch(case, dtype) -> tuple[int, str]:
     """The scratch a tiled forward needs beyond dX + dW, from its plan: one tile of logits, an fp32 dX_c
-    accumulator and one C x H product (chunk_plan's docstring), per-token statistics, and with fp32_dw the fp32
+    accumulator and one C x H product in fp32 and in the input dtype (chunk_plan's docstring), per-token statistics, and with fp32_dw the fp32
     dW buffer and one tile's product; at least 5% of dX + dW (the CUDA allocator's rounding)."""
     elem = dtype.itemsize
     rows, cols = _tiles(case, elem=elem)
     grads = (case.n + case.v) * case.h * elem
-    scratch = rows * cols * elem + 2 * rows * case.h * 4 + 16 * case.n * 4 + SCRATCH_SLACK
-    said = f"one tile of {rows} x {cols} logits, a {rows} x {case.h} fp32 accumulator and product, per-token vectors"
+    # the C x H product comes out of the matmul in the input dtype and may be cast once to fp32 before the add
+    # (on an H100, three right implementations peaked 0.16 MiB above an allowance that counted it in fp32 only)
+    scratch = rows * cols * elem + rows * case.h * (2 * 4 + elem) + 16 * case.n * 4 + SCRATCH_SLACK
+    said = (f"one tile of {rows} x {cols} logits, a {rows} x {case.h} fp32 accumulator and product (and the "
+            "product in the input dtype), per-token vectors")
     if case.fp32_dw:
         scratch += case.v * case.h * 4 + cols * case.h * 4
         said += ", the fp32 dW buffer"

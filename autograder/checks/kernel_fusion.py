@@ -27,7 +27,7 @@ import torch
 import memfit
 import memfit.from_lessons.kernel_fusion as reference  # noqa: F401  (imported before the grading guards go up)
 from autograder.checks import Check, CheckFailed, KernelSpec, NotImplementedYet, call_learner, check_cases
-from autograder.checks.numerics import (assert_close_by_rule, call_pure, check_guards, expect_like,
+from autograder.checks.numerics import (allocated_bytes, assert_close_by_rule, call_pure, check_guards, expect_like,
                                         expect_no_torch_arithmetic, guarded_allocations, guarded_empty)
 from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
 from memfit.gpt import rms_norm, swiglu
@@ -217,7 +217,8 @@ def check_pow4_memory(pow4, cases: str = "visible") -> None:
             a = _randn(case.n, dtype, 7)
             what = f"pow4 at n={case.n:,}, {_name(dtype)}"
             nbytes = case.n * a.element_size()
-            out = _check_memory(lambda: call_learner(pow4, a, what=what), what, math.ceil(1.05 * nbytes),
+            out = _check_memory(lambda: call_learner(pow4, a, what=what), what,
+                                math.ceil(1.05 * allocated_bytes(nbytes)),
                                 "the output's", "a fused kernel allocates no temporaries")
             expect_like(out, a, what)
             out = torch.empty_like(a)
@@ -312,7 +313,7 @@ def check_rmsnorm_forward(rmsnorm_forward, cases: str = "visible") -> None:
         w = _randn(case.h, dtype, 2)
         what = f"rmsnorm_forward on {case.rows} rows of {case.h} ({_name(dtype)})"
         _check_memory(lambda: call_learner(rmsnorm_forward, x, w, EPS, what=what), what,
-                      math.ceil(1.05 * (x.numel() * x.element_size() + case.rows * 4)), "y + rstd",
+                      math.ceil(1.05 * allocated_bytes(x.numel() * x.element_size(), case.rows * 4)), "y + rstd",
                       "keep the row in registers, allocate nothing else", results=2)
 
 
@@ -389,7 +390,7 @@ def check_rmsnorm_backward(rmsnorm_forward, rmsnorm_backward, cases: str = "visi
         rstd = torch.rsqrt(x.float().pow(2).mean(-1) + EPS)
         what = f"rmsnorm_backward on {rows} rows of {h} ({_name(dtype)})"
         partial_rows = max(rows, _text_programs(h))
-        budget = x.numel() * x.element_size() + partial_rows * h * 4 + h * (4 + x.element_size())
+        budget = allocated_bytes(x.numel() * x.element_size(), partial_rows * h * 4, h * 4, h * x.element_size())
         _check_memory(lambda: call_learner(rmsnorm_backward, dy, x, w, rstd, what=what), what,
                       math.ceil(1.05 * budget), f"dx + a ({partial_rows}, h) fp32 buffer of partial dw rows + dw",
                       "recompute x_hat in the kernel, store only dx and the partial rows", results=2,
@@ -478,12 +479,13 @@ def check_swiglu(swiglu_forward, swiglu_backward, cases: str = "visible") -> Non
         dh = _randn((rows, f), dtype, 10)
         nbytes = rows * f * gate.element_size()
         what = f"swiglu_forward on gate and up, halves of one {rows} x {2 * f} tensor ({_name(dtype)})"
-        _check_memory(lambda: call_learner(swiglu_forward, gate, up, what=what), what, math.ceil(1.05 * nbytes),
+        _check_memory(lambda: call_learner(swiglu_forward, gate, up, what=what), what,
+                      math.ceil(1.05 * allocated_bytes(nbytes)),
                       "h", "read gate and up where they are (their row strides): no contiguous copies, no "
                       "temporaries")
         what = f"swiglu_backward on {rows} x {f} ({_name(dtype)}; gate and up halves of one tensor)"
         _check_memory(lambda: call_learner(swiglu_backward, dh, gate, up, what=what), what,
-                      math.ceil(1.05 * 2 * nbytes), "[dgate | dup]",
+                      math.ceil(1.05 * allocated_bytes(2 * nbytes)), "[dgate | dup]",
                       "recompute silu inside the kernel and write both halves into the one output: store nothing "
                       "else")
 
