@@ -196,16 +196,13 @@ def guarded_empty(shape, dtype: torch.dtype, device, guard: int = GUARD_ELEMENTS
         n *= s
     buffer = torch.full((n + 2 * guard,), _guard_value(dtype), dtype=dtype, device=device)
     t = buffer[guard:guard + n].view(tuple(shape))
-    _GUARDED[id(t)] = (buffer, guard, n)
+    t._memfit_guard = (buffer, guard, n)  # on the tensor: a module-level table would change the grader's state
     return t
-
-
-_GUARDED: dict[int, tuple] = {}
 
 
 def check_guards(t: torch.Tensor, what: str) -> None:
     """CheckFailed when a kernel wrote before the start or past the end of a tensor made by guarded_empty."""
-    buffer, guard, n = _GUARDED.pop(id(t))
+    buffer, guard, n = t._memfit_guard
     fill = _guard_value(buffer.dtype)
     for name, region, first in (("before the start", buffer[:guard], -guard), ("past the end", buffer[guard + n:], n)):
         written = ~torch.isnan(region) if buffer.dtype.is_floating_point else region != fill
@@ -227,6 +224,7 @@ def guarded_allocations():
     saved = {name: getattr(torch, name) for name in ("empty", "zeros", "ones", "full", "empty_like", "zeros_like",
                                                      "ones_like", "full_like")}
     tensor_saved = {name: getattr(torch.Tensor, name) for name in ("new_empty", "new_zeros")}
+    own = {name for name in tensor_saved if name in vars(torch.Tensor)}  # the rest live on torch._C.TensorBase
 
     def wrap(allocate, keep_values: bool):
         def make(*args, **kwargs):
@@ -255,7 +253,10 @@ def guarded_allocations():
         for name, fn in saved.items():
             setattr(torch, name, fn)
         for name, fn in tensor_saved.items():
-            setattr(torch.Tensor, name, fn)
+            if name in own:
+                setattr(torch.Tensor, name, fn)
+            else:  # leave torch.Tensor's own attributes as they were (the grader fingerprints them)
+                delattr(torch.Tensor, name)
     for t, buffer, guard, n in made:
         fill = _guard_value(buffer.dtype)
         for where, region, first in (("before the start", buffer[:guard], -guard),
