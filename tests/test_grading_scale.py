@@ -83,14 +83,32 @@ def test_ray_backend_on_a_local_cluster_gives_the_same_rows(submissions, uninter
     assert_same(book(tmp_path), uninterrupted)
 
 
+HOLD = """
+import os, time
+while not os.path.exists({release!r}):  # the grader is still busy with this notebook when the test signals it
+    time.sleep(0.1)
+"""
+
+
 def test_ctrl_c_stops_every_grading_process_and_loses_nothing(submissions, uninterrupted, tmp_path):
     """An instructor's Ctrl-C (SIGINT to the grader alone: its children run in sessions of their own) stops the
-    children too, records no half-graded notebook, and a restart completes the same gradebook."""
+    children too, records no half-graded notebook, and a restart completes the same gradebook. One more student's
+    notebook waits in a cell until the test releases it, so the class cannot finish before the signal comes,
+    however fast the machine."""
+    import json
+    import shutil
     import signal
     from autograder.sandbox import process_tree
-    out = tmp_path / "grades"
-    proc = subprocess.Popen([sys.executable, "-m", "autograder", "--submissions", str(submissions), "--workers", "2",
-                             "--out", str(out)], cwd=ROOT, env=course_env(), stdout=subprocess.DEVNULL,
+    from tests.test_grading import LESSON, load
+    from tests.test_tamper import _append
+    subs, out, release = tmp_path / "class", tmp_path / "grades", tmp_path / "release"
+    shutil.copytree(submissions, subs)
+    (subs / "zz_waits").mkdir()
+    (subs / "zz_waits" / f"{LESSON}.ipynb").write_text(json.dumps(_append(load("solutions"),
+                                                                          HOLD.format(release=str(release)))))
+    env = {**course_env(), "MEMFIT_CELL_TIMEOUT_S": "900"}
+    proc = subprocess.Popen([sys.executable, "-m", "autograder", "--submissions", str(subs), "--workers", "2",
+                             "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None and not (
@@ -104,6 +122,9 @@ def test_ctrl_c_stops_every_grading_process_and_loses_nothing(submissions, unint
     survivors = [pid for pid in children if os.path.exists(f"/proc/{pid}") and
                  open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
     assert not survivors, f"grading processes left running after Ctrl-C: {survivors}"
-    again = run_grader("--submissions", submissions, "--workers", 2, "--out", out)
+    assert "zz_waits" not in {r[0] for r in book(out)}, "a notebook interrupted mid-grading was recorded"
+    release.touch()
+    again = run_grader("--submissions", subs, "--workers", 2, "--out", out)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert_same(book(out), uninterrupted)
+    assert_same([r for r in book(out) if r[0] != "zz_waits"], uninterrupted)
+    assert {r[0] for r in book(out)} >= {"zz_waits"}
