@@ -12,7 +12,7 @@ CASES = [(lesson, check, verdict, entry) for lesson in LESSONS for check, verdic
                          ids=[f"{lesson[:2]}-{check.name}-{verdict}-{label(entry)}" for lesson, check, verdict, entry in CASES])
 def test_blind_entry(lesson, check, verdict, entry, monkeypatch):
     monkeypatch.setenv("MEMFIT_GRADING", "1")
-    outcome, message = run_entry(lesson, check, entry)
+    outcome, message = run_entry(lesson, check, entry, slack=4.0)  # a hang still ends; slowness fails nothing
     if outcome == "skipped":
         pytest.skip(message)
     if verdict == "wrong":
