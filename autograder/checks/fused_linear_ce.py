@@ -17,7 +17,6 @@ elements, a peak within the gradients plus the scratch the plan needs, nothing k
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -394,17 +393,6 @@ def _tile_axes(case, dtype) -> dict:
     return axes
 
 
-@contextlib.contextmanager
-def _guarded(what):
-    """guarded_allocations, its message prefixed with the call that wrote out of bounds."""
-    try:
-        with guarded_allocations():
-            yield
-    except CheckFailed as exc:
-        if str(exc).startswith("a kernel wrote"):
-            raise CheckFailed(f"{what}: {exc}") from None
-        raise
-
 
 def _softmax_free(fn, what):
     """fn() with PyTorch's ops recorded (an interpreted launch's own copies not): the softmax is the kernels'."""
@@ -421,7 +409,7 @@ def check_fused_linear_ce_forward(fused_linear_ce_forward, cases: str = "visible
         x, w, t, b = case.inputs(dtype, 300 + 10 * index + (500 if case.hidden else 0))
         tiles = f"chunks={case.chunks}" if case.chunks else "the default chunk_plan"
         what = f"fused_linear_ce_forward({case.describe(dtype)}, {tiles})"
-        with _guarded(what):
+        with guarded_allocations(what):
             got = _softmax_free(lambda: call_pure(fused_linear_ce_forward, x, w, t, b, **case.options(True),
                                                   chunks=case.chunks, what=what), what)
         _compare(got, x, w, t, b, case, dtype, what)

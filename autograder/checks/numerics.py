@@ -214,12 +214,13 @@ def check_guards(t: torch.Tensor, what: str) -> None:
 
 
 @contextlib.contextmanager
-def guarded_allocations():
+def guarded_allocations(what: str | None = None):
     """While active, tensors the learner makes with torch.empty/zeros/ones/full (and their _like forms, and
     Tensor.new_empty/new_zeros) sit inside larger buffers with guard elements on both sides; leaving the block
     raises CheckFailed when anything was written outside one. Catches an unmasked store past the end of an
     output the learner allocated, on the GPU too, where the caching allocator's slack would swallow it.
-    Empty/new_empty tensors hold the guard value (NaN): an element never written shows."""
+    Empty/new_empty tensors hold the guard value (NaN): an element never written shows. `what` (the call) begins
+    the message."""
     made: list[tuple[torch.Tensor, torch.Tensor, int, int]] = []
     saved = {name: getattr(torch, name) for name in ("empty", "zeros", "ones", "full", "empty_like", "zeros_like",
                                                      "ones_like", "full_like")}
@@ -264,7 +265,7 @@ def guarded_allocations():
             written = ~torch.isnan(region) if buffer.dtype.is_floating_point else region != fill
             if written.any():
                 idx = int(written.nonzero()[0]) + first
-                raise CheckFailed(f"a kernel wrote {int(written.sum())} elements {where} of a tensor of "
+                raise CheckFailed(f"{what + ': ' if what else ''}a kernel wrote {int(written.sum())} elements {where} of a tensor of "
                                   f"{tuple(t.shape)} ({dtype_name(t.dtype)}) that your code allocated (out of "
                                   f"bounds, at element {idx} of {n}): mask every load and store with the true "
                                   "size, and launch only the programs a partial last block needs")

@@ -69,17 +69,6 @@ def _n_vs_block(n: int, block: int = QK) -> str:
     return "whole blocks" if n % block == 0 else "a partial last block"
 
 
-@contextlib.contextmanager
-def _guarded(what: str):
-    """guarded_allocations, its message prefixed with the call that wrote out of bounds."""
-    try:
-        with guarded_allocations():
-            yield
-    except CheckFailed as exc:
-        if str(exc).startswith("a kernel wrote"):
-            raise CheckFailed(f"{what}: {exc}") from None
-        raise
-
 
 def _quantized_tensors(obj) -> list[tuple[str, torch.Tensor]]:
     return [(f"its {name}", getattr(obj, name)) for name in ("data", "scales")
@@ -431,13 +420,13 @@ def _check_block_format(fmt: str, quantize, dequantize, cases: str) -> None:
             w = w.t() if case.transposed else w
             view = ", a transposed view" if case.transposed else ""
             what = f"quantize_{fmt}({case.kind} weights of shape {tuple(w.shape)}{view}, {_name(dtype)})"
-            with _guarded(what):
+            with guarded_allocations(what):
                 qt = _call_pure_q(quantize, w, what=what)
             _check_layout(fmt, qt, w, what)
             _check_round_trip(fmt, qt, w, what)
             _check_codes(fmt, qt, w, what)
             dq_what = what.replace("quantize", "dequantize", 1) + ", dequantized"
-            with _guarded(dq_what):
+            with guarded_allocations(dq_what):
                 out = _call_pure_q(dequantize, qt, what=dq_what)
             _check_dequantized(fmt, out, qt, w, dq_what)
     for case in _plan(BLOCK_MEMORY_CASES, cases):
@@ -606,7 +595,7 @@ def check_int8_matmul(int8_weight_matmul, cases: str = "visible") -> None:
             view = "" if case.layout == "contiguous" else f", a {case.layout} view"
             what = (f"int8_weight_matmul(x of shape {tuple(x.shape)}{view}, {_name(dtype)}; weight {case.n} x "
                     f"{case.k} in Q8_0)")
-            with _guarded(what), _tf32_like_a_gpu():
+            with guarded_allocations(what), _tf32_like_a_gpu():
                 y = _call_pure_q(int8_weight_matmul, x, qw, what=what)
             exact = x.double() @ w_hat.double().T
             same = x @ w_hat.T
