@@ -381,7 +381,10 @@ def check_rmsnorm_backward(rmsnorm_forward, rmsnorm_backward, cases: str = "visi
                 _rmsnorm_eager(xi, wi).backward(dy.to(precision))
                 target.extend([xi.grad, wi.grad] if precision == torch.float64 else
                               [xi.grad.to(dtype), wi.grad.to(dtype)])
-            assert_close_by_rule(dx, exact[0], same[0], what + ", dx")
+            # dx = rstd * (dy*w - x_hat * mean(dy*w*x_hat)): at h = 1 the two terms cancel almost exactly, so the
+            # floor is relative to the first term's size, not to the tiny difference.
+            terms = (dy.double() * w.double()).reshape(-1, shape[-1]) * rstd.double()[:, None]
+            assert_close_by_rule(dx, exact[0], same[0], what + ", dx", scale=terms.abs().max().item())
             assert_close_by_rule(dw, exact[1], same[1], what + ", dweight (summed over all rows)")
     for case, dtype in ((c, d) for c in _plan(RMS_BACKWARD_MEMORY_CASES, cases) for d in DTYPES):
         rows, h = case.rows, case.h

@@ -47,8 +47,10 @@ def expect_like(got, ref: torch.Tensor, what: str) -> None:
 
 
 def assert_close_by_rule(got: torch.Tensor, exact: torch.Tensor, torch_same_dtype: torch.Tensor,
-                         what: str, floor_ulps: float = 2.0) -> None:
-    """got and torch_same_dtype: results in the working dtype; exact: the float64 reference."""
+                         what: str, floor_ulps: float = 2.0, scale: float | None = None) -> None:
+    """got and torch_same_dtype: results in the working dtype; exact: the float64 reference. `scale`: the size of
+    the terms whose difference the result is, where they cancel (default: the result's own largest magnitude); the
+    floor of a few ulps is relative to it, so a result near zero from large terms is not held to ulps of itself."""
     expect_like(got, torch_same_dtype, what)
     got64 = got.detach().to(torch.float64).flatten()
     exact64 = exact.detach().to(torch.float64).flatten()
@@ -61,7 +63,7 @@ def assert_close_by_rule(got: torch.Tensor, exact: torch.Tensor, torch_same_dtyp
     if got64.numel() == 0:
         return
     torch_err = (torch_same_dtype.detach().to(torch.float64).flatten() - exact64).abs().max().item()
-    scale = max(1.0, exact64.abs().max().item())
+    scale = max(1.0, exact64.abs().max().item(), scale or 0.0)
     floor = floor_ulps * torch.finfo(got.dtype).eps * scale
     tol = 2 * torch_err + floor
     err = (got64 - exact64).abs()
