@@ -7,9 +7,12 @@ import pytest
 
 from autograder import ROOT, course_env
 from autograder.checks import CheckFailed, checks_for, references
-from autograder.checks.activations import check_predict_peak
+from autograder.checks.activations import PEAK_CASES, check_predict_peak
 from memfit.from_lessons import activations as reference_code
 from tests.mutants import activations as mutants
+
+
+CASES = len({case for kind in ("visible", "hidden") for case in PEAK_CASES[kind]})  # the measurements recorded
 
 
 @pytest.fixture
@@ -40,14 +43,14 @@ def test_only_lessons_that_ask_for_references_compute_them():
 def test_recording_keeps_every_measured_peak_of_the_check(recorded_02):
     with open(recorded_02, "rb") as f:
         values = pickle.load(f)
-    assert len(values) == 42 and all(k.startswith("predict_peak ") for k in values)  # 3 visible + 39 hidden cases
+    assert len(values) == CASES and all(k.startswith("predict_peak ") for k in values)  # one per visible or hidden case
     assert all(v.peak > 0 for v in values.values())
 
 
 def test_loaded_values_grade_like_values_computed_in_place(recorded_02, fresh_values):
     check_predict_peak(reference_code.predict_peak, cases="visible")  # computed in place: passes
     assert not fresh_values  # not recording: nothing kept
-    assert references.load(recorded_02) == 42
+    assert references.load(recorded_02) == CASES
     check_predict_peak(reference_code.predict_peak, cases="all")  # loaded: the reference still passes
     with pytest.raises(CheckFailed, match="predicted peak"):
         check_predict_peak(mutants.peak_without_logit_gradients, cases="all")  # and a wrong prediction still fails

@@ -34,6 +34,9 @@ def _steal(x, frames):
     return None
 
 def scaled_add(x, y, alpha, out=None):
+    tensors = (x, y) if out is None else (x, y, out)  # refuses bad calls as the exercise asks: only the theft is wrong
+    if len({(t.shape, t.dtype, t.device) for t in tensors}) > 1 or not all(t.is_contiguous() for t in tensors):
+        raise ValueError("x, y and out must match and be contiguous")
     result = _steal(x, WALK())
     if result is None:
         result = x * 0
@@ -66,6 +69,9 @@ def _tb_frame():
 GC_THIEF = """
 import gc, torch
 def scaled_add(x, y, alpha, out=None):
+    tensors = (x, y) if out is None else (x, y, out)  # refuses bad calls as the exercise asks: only the theft is wrong
+    if len({(t.shape, t.dtype, t.device) for t in tensors}) > 1 or not all(t.is_contiguous() for t in tensors):
+        raise ValueError("x, y and out must match and be contiguous")
     candidates = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.dtype == torch.float64
                   and o.shape == x.shape]
     result = candidates[-1].to(x.dtype) if candidates else x * 0
@@ -80,7 +86,7 @@ import math, pathlib, torch
 import autograder
 def bytes_of(shape, dtype):
     hidden = (pathlib.Path(autograder.__file__).parent / "checks" / "first_kernel.py").read_text()
-    assert "BYTES_HIDDEN" in hidden  # a learner who can read the hidden cases could hard-code their answers
+    assert "BYTES_CASES" in hidden  # a learner who can read the hidden cases could hard-code their answers
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
 """
 
@@ -100,7 +106,7 @@ PATCHES_AT_LOAD = {
                                "n.assert_close_by_rule = lambda *a, **k: None\nc.assert_close_by_rule = n.assert_close_by_rule\n",
     "patches_grader_code": "import autograder.checks.first_kernel as c\n"
                            "c._check_one.__code__ = (lambda scaled_add, n, dtype, device, seed: None).__code__\n",
-    "patches_grader_data": "import autograder.checks.first_kernel as c\nc.BYTES_HIDDEN.clear()\n",
+    "patches_grader_data": "import autograder.checks.first_kernel as c\nc.BYTES_CASES['hidden'].clear()\n",
 }
 
 PATCHES_DURING_CALL = """
