@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,6 +163,18 @@ def _stop_everything() -> None:
     for proc in live:
         _kill(proc)
     close_fork_servers()
+    _kill_descendants()
+
+
+def _kill_descendants() -> None:
+    """Every process this run started, whatever it is doing (a fork server still importing torch, a reference
+    computation): each wait on one of them then ends at once."""
+    for pid in sandbox.process_tree(os.getpid()):
+        if pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -298,6 +310,9 @@ def _watch(proc, fd, key, checks, settings, results, on_result) -> Stop | None:
     memory = settings.limits.memory_bytes
     next_memory_poll = 0.0
     while True:
+        if _STOPPING.is_set():  # interrupted: the run records nothing of this notebook
+            _kill(proc)
+            return Stop(current, "error", "the run was interrupted")
         ready, _, _ = select.select([fd], [], [], POLL_S)
         if ready:
             chunk = os.read(fd, 65536)
@@ -508,14 +523,19 @@ def grade(students: dict[str, list[Path]], out_dir: Path, workers: int, backend:
 
     previous = signal.signal(signal.SIGTERM, on_term)
     pool = ThreadPoolExecutor(max_workers=settings.workers)
+    futures = []
     try:
-        for future in [pool.submit(one, job) for job in todo]:
+        futures = [pool.submit(one, job) for job in todo]
+        for future in futures:
             future.result()
     except (KeyboardInterrupt, Interrupted):
         # The children run in sessions of their own, so Ctrl-C reaches only this process: stop them, keep the
-        # rows of the notebooks already recorded, and let a restart grade the rest.
+        # rows of the notebooks already recorded, and let a restart grade the rest. A worker may be starting a
+        # process as the signal comes: kill again until every worker has returned.
         _stop_everything()
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=False, cancel_futures=True)
+        while futures and wait_futures(futures, timeout=0.5).not_done:
+            _kill_descendants()
         close_fork_servers()  # one a worker started after the interrupt, too
         print("\ninterrupted: the gradebook holds every notebook graded so far; run the same command again to "
               "grade the rest", file=sys.stderr)
