@@ -522,6 +522,9 @@ def grade(students: dict[str, list[Path]], out_dir: Path, workers: int, backend:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    # Ctrl-C interrupts even where SIGINT came in ignored (a job started with `&` by a non-interactive shell, as CI
+    # and scripts do): Python installs its KeyboardInterrupt handler only when SIGINT was at its default.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     pool = ThreadPoolExecutor(max_workers=settings.workers)
     futures = []
     try:
@@ -542,6 +545,7 @@ def grade(students: dict[str, list[Path]], out_dir: Path, workers: int, backend:
         raise SystemExit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     pool.shutdown()
     close_fork_servers()
     return jobs
