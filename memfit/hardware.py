@@ -6,6 +6,7 @@ device themselves; they ask `profile()` and read `config(...)` / `size(...)`.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -233,9 +234,26 @@ def _pick(table: dict[str, dict[str, dict]], key: str, prof: Profile | None) -> 
     return dict(rows["gpu" if prof.is_gpu else "cpu"])
 
 
+_borrowed: dict[str, Profile] = {}  # kernel -> the profile whose row config() gives this machine (borrowed_configs)
+
+
 def config(kernel: str, prof: Profile | None = None) -> dict:
-    """Triton meta-parameters for `kernel` on `prof` (default: this machine)."""
-    return _pick(KERNEL_CONFIGS, kernel, prof)
+    """Triton meta-parameters for `kernel` on `prof` (default: this machine, or the row borrowed for it)."""
+    return _pick(KERNEL_CONFIGS, kernel, prof or _borrowed.get(kernel))
+
+
+@contextlib.contextmanager
+def borrowed_configs(card: str, kernels: tuple[str, ...]):
+    """Inside, config(kernel) answers with `card`'s row for these kernels: code written against the table runs
+    here with the meta-parameters another machine would give it. A kernel must be right for every row (lesson
+    05's checks run the attention kernels with the interpreter's unequal tiles on a GPU whose own are square)."""
+    saved = dict(_borrowed)
+    _borrowed.update({kernel: profile_for(card) for kernel in kernels})
+    try:
+        yield
+    finally:
+        _borrowed.clear()
+        _borrowed.update(saved)
 
 
 def size(problem: str, prof: Profile | None = None) -> dict:

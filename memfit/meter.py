@@ -3,8 +3,11 @@
 `measure_peak(fn, *args)` runs `fn` and reports the peak of extra memory it needed, in bytes,
 above what was allocated before the call:
 
-* on a GPU, from the CUDA caching allocator (reset before, synchronize after, baseline
-  subtracted, optionally after a warm-up call that takes lazy initialisation out of the figure);
+* on a GPU, from the CUDA caching allocator's count of the bytes the program asked for
+  (`requested_bytes`: reset before, synchronize after, baseline subtracted, optionally after a
+  warm-up call that takes lazy initialisation out of the figure). The allocator's own rounding
+  (to 512 bytes) and the unused tail of a cached block it hands out again (up to 1 MiB per tensor)
+  depend on what ran before the call, not on the call: they are left out of the figure;
 * on a CPU, from a live-tensor meter: a TorchDispatchMode that sees every tensor PyTorch creates
   during the call and counts the bytes of each storage until the last tensor using it dies.
 
@@ -202,6 +205,12 @@ def _device_of(args: tuple, kwargs: dict, device: str | torch.device | None) -> 
     return DEVICE
 
 
+def _requested_bytes(dev: torch.device, stat: str = "current") -> int:
+    """The bytes the program has asked the CUDA caching allocator for (now, or at the peak since the last reset):
+    what its tensors hold, before the allocator rounds a request up or hands out a larger cached block."""
+    return torch.cuda.memory_stats(dev)[f"requested_bytes.all.{stat}"]
+
+
 def _result_bytes(result: Any, made_by_the_call: Callable) -> int:
     """Bytes of the distinct storages the result holds that the call made (its outputs are not kept memory)."""
     seen: dict[int, int] = {}
@@ -232,11 +241,11 @@ def measure_peak(fn: Callable, *args, device=None, meter: str | None = None, war
     kept_first = 0
     if warmup:
         if meter == CUDA_ALLOCATOR:
-            before = torch.cuda.memory_allocated(dev)
+            before = _requested_bytes(dev)
             fn(*args, **kwargs)
             gc.collect()
             torch.cuda.synchronize(dev)
-            kept_first = torch.cuda.memory_allocated(dev) - before
+            kept_first = _requested_bytes(dev) - before
         else:
             first = LiveTensorMeter()
             with _interpreter_launches_free(first), first:
@@ -247,15 +256,15 @@ def measure_peak(fn: Callable, *args, device=None, meter: str | None = None, war
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     if meter == CUDA_ALLOCATOR:
-        baseline = torch.cuda.memory_allocated(dev)
+        baseline = _requested_bytes(dev)
         torch.cuda.reset_peak_memory_stats(dev)
         with _resets_forbidden():
             result = fn(*args, **kwargs)
             torch.cuda.synchronize(dev)
-        peak = torch.cuda.max_memory_allocated(dev) - baseline
+        peak = _requested_bytes(dev, "peak") - baseline
         gc.collect()
         given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if _has_storage(t)}
-        kept = torch.cuda.memory_allocated(dev) - baseline - _result_bytes(
+        kept = _requested_bytes(dev) - baseline - _result_bytes(
             result, lambda storage: storage.data_ptr() not in given)
         return result, MemoryReport(peak, CUDA_ALLOCATOR, str(dev), kept_bytes=max(kept_first, kept, 0))
     if meter != LIVE_TENSORS:

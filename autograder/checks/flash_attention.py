@@ -15,6 +15,7 @@ exercises' text lets vary and case_axes reads the same records.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from autograder.checks import (Check, CheckFailed, KernelSpec, NotImplementedYet
 from autograder.checks.numerics import (assert_close_by_rule, call_pure, expect_like, expect_no_torch_arithmetic,
                                         guarded_allocations)
 from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
+from memfit.hardware import borrowed_configs
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
 
 
@@ -126,6 +128,9 @@ class AttnCase:
     do_aligned: bool = False  # backward: dO = 2·O + noise (the loss |O|²): Δ is large and dP - Δ cancels
     hidden: bool = False
     gpu: bool = False  # long sequences, graded only where a GPU runs them
+    # flash_forward and flash_backward: the kernels take the interpreter's tiles (BLOCK_M != BLOCK_N in each) from
+    # flash_config on every machine; an H100's own dK/dV and dQ tiles are square, where BLOCK_M for BLOCK_N passes
+    small_tiles: bool = False
 
     @property
     def dtype(self) -> torch.dtype:
@@ -135,7 +140,14 @@ class AttnCase:
         q_scale = self.q_scale if q_scale is None else q_scale
         return (f"(B={self.b}, H={self.h}, N={self.n}, d={self.d}, {'causal' if self.causal else 'not causal'}, "
                 f"{_name(self.dtype)}{', large logits' if q_scale > 1 else ''}"
-                f"{', inputs (B, N, H, d) viewed as (B, H, N, d)' if self.layout == 'transposed' else ''})")
+                f"{', inputs (B, N, H, d) viewed as (B, H, N, d)' if self.layout == 'transposed' else ''}"
+                f"{', flash_config giving the interpreter tiles (BLOCK_M != BLOCK_N)' if self.small_tiles else ''})")
+
+    def tiles_in_force(self):
+        """Where flash_config's tiles come from while the learner's kernels run this case."""
+        if not self.small_tiles:
+            return contextlib.nullcontext()
+        return borrowed_configs("cpu", ("flash_forward", "flash_dkdv", "flash_dq"))
 
     def axes(self, check: str) -> dict:
         n, d = self.n, self.d
@@ -149,6 +161,8 @@ class AttnCase:
         if check == "attention_tiled":
             axes["tiles"] = ("defaults" if self.tiles is None else "block_m > block_n" if self.tiles[0] > self.tiles[1]
                              else "block_m < block_n" if self.tiles[0] < self.tiles[1] else "block_m = block_n")
+        if check in ("flash_forward", "flash_backward"):
+            axes["kernel tiles"] = "the interpreter's (BLOCK_M != BLOCK_N)" if self.small_tiles else "this machine's"
         if check == "flash_backward":
             axes["logits"] = "large" if self.q_scale > 1 else "moderate"
             axes["dO"] = "aligned with o (large delta)" if self.do_aligned else "random"
@@ -159,19 +173,19 @@ ATTN_CASES = [
     AttnCase(1, 2, 1, 48, False, 1, q_scale=50.0),  # N = 1: dS is 0 exactly, any error in delta shows
     AttnCase(1, 2, 17, 32, True, 1, "transposed", tiles=(16, 8)),
     AttnCase(2, 1, 64, 64, False, 1, tiles=(8, 16), do_aligned=True),
-    AttnCase(1, 1, 40, 80, True, 0, "transposed", tiles=None, do_aligned=True),
+    AttnCase(1, 1, 40, 80, True, 0, "transposed", tiles=None, do_aligned=True, small_tiles=True),
     AttnCase(1, 1, 40, 32, False, 0, q_scale=50.0, tiles=(32, 16)),
     AttnCase(1, 1, 24, 128, True, 2, tiles=(8, 8)),
     AttnCase(1, 1, 33, 48, False, 1, q_scale=50.0, tiles=(16, 32)),
     # hidden: other sizes and values, the same kinds
     AttnCase(1, 2, 257, 80, True, 1, "transposed", tiles=(16, 8), hidden=True),
-    AttnCase(1, 1, 100, 96, False, 0, tiles=(8, 16), do_aligned=True, hidden=True),
+    AttnCase(1, 1, 100, 96, False, 0, tiles=(8, 16), do_aligned=True, hidden=True, small_tiles=True),
     AttnCase(1, 2, 77, 128, True, 2, "transposed", tiles=None, hidden=True),
     AttnCase(2, 2, 33, 16, False, 1, "transposed", tiles=(32, 32), hidden=True),
     AttnCase(1, 1, 50, 64, True, 0, q_scale=50.0, tiles=(64, 64), hidden=True),
     AttnCase(2, 1, 1, 48, False, 1, q_scale=50.0, tiles=(16, 16), hidden=True),
-    AttnCase(1, 1, 96, 32, True, 1, tiles=(32, 16), do_aligned=True, hidden=True),
-    AttnCase(2, 3, 1000, 64, True, 0, tiles=(64, 32), hidden=True, gpu=True),
+    AttnCase(1, 1, 96, 32, True, 1, tiles=(32, 16), do_aligned=True, hidden=True, small_tiles=True),
+    AttnCase(2, 3, 1000, 64, True, 0, tiles=(64, 32), hidden=True, gpu=True, small_tiles=True),
     AttnCase(1, 2, 4097, 128, False, 1, "transposed", tiles=None, hidden=True, gpu=True),
     AttnCase(1, 2, 2048, 96, True, 2, tiles=(32, 64), hidden=True, gpu=True),
 ]
@@ -357,7 +371,7 @@ def check_flash_forward(flash_attention_forward, cases: str = "visible") -> None
     for seed, case in enumerate(_attn_plan(cases)):
         q, k, v = _inputs(case, 10 * seed)
         what = f"flash_attention_forward{case.describe()}"
-        with guarded_allocations():
+        with guarded_allocations(), case.tiles_in_force():
             got = call_pure(flash_attention_forward, q, k, v, case.causal, what=what)
         o, lse = _expect_pair(got, what, "o, lse")
         exact_o, exact_lse = _exact(q, k, v, case.causal)
@@ -433,7 +447,7 @@ def check_flash_backward(flash_attention_backward, cases: str = "visible") -> No
         o, lse = _in_layout(exact_o.to(case.dtype), case.layout), exact_lse.float()
         what = f"flash_attention_backward{case.describe(q_scale)}" + (
             ", dO = 2·o + noise" if case.do_aligned else "")
-        with guarded_allocations():
+        with guarded_allocations(), case.tiles_in_force():
             got = call_pure(flash_attention_backward, do, q, k, v, o, lse, case.causal, what=what)
         if not (isinstance(got, tuple) and len(got) == 3):
             raise CheckFailed(f"{what} should return (dq, dk, dv), got {type(got).__name__}")
@@ -608,6 +622,7 @@ _SHAPE_AXES = {"causal": (False, True), "layout": ("contiguous", "transposed"),
                "N": ("1", "not a multiple of 16", "a multiple of 32"),
                "head_dim": ("a power of two <= 64", "128", "not a power of two (BLOCK_D > d)"),
                "batch x heads": ("1", "several"), "logits": ("moderate", "large")}
+_TILE_AXES = {"kernel tiles": ("this machine's", "the interpreter's (BLOCK_M != BLOCK_N)")}
 _MEM_AXES = {"memory dtype": None, "memory causal": (False, True)}
 
 
@@ -620,9 +635,9 @@ def _axes() -> dict:
                            "-inf entries": ("none", "first", "scattered")},
         "attention_tiled": {**dtypes, **_SHAPE_AXES, **mem,
                             "tiles": ("block_m = block_n", "block_m > block_n", "block_m < block_n", "defaults")},
-        "flash_forward": {**dtypes, **_SHAPE_AXES, "invalid input": ("length", "dtype", "head_dim")},
+        "flash_forward": {**dtypes, **_SHAPE_AXES, **_TILE_AXES, "invalid input": ("length", "dtype", "head_dim")},
         "flash_forward_memory": mem,
-        "flash_backward": {**dtypes, **_SHAPE_AXES, **mem, "dO": ("random", "aligned with o (large delta)")},
+        "flash_backward": {**dtypes, **_SHAPE_AXES, **_TILE_AXES, **mem, "dO": ("random", "aligned with o (large delta)")},
         "flash_attention_memory": {**dtypes, "causal": (False, True), "layout": ("contiguous", "transposed"), **mem},
     }
 
