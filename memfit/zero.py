@@ -458,16 +458,31 @@ def run_distributed(optimizer, world_size: int, stage: int, *, timeout_s: float 
     imports, functions and classes. Only anything else (a class defined inside a function) reaches the
     ranks in forked copies of this process, which works on CPU-only machines.
     """
+    return _launch_ranks(optimizer, world_size, distributed_rank, "memfit.zero:distributed_rank", timeout_s,
+                         dict(stage=stage, **kwargs))
+
+
+def run_distributed_stages(optimizer, world_size: int, stages=(0, 1, 2, 3), *, timeout_s: float = 240.0,
+                           **kwargs) -> dict[int, list[dict]]:
+    """run_distributed for several stages, one after another in the same `world_size` processes:
+    {stage: each rank's result}. One launch instead of one per stage (starting a process that imports
+    torch takes seconds); each stage trains from scratch, as run_distributed does."""
+    stages = [int(s) for s in stages]
+    ranks = _launch_ranks(optimizer, world_size, distributed_stages_rank, "memfit.zero:distributed_stages_rank",
+                          timeout_s, dict(stages=stages, **kwargs))
+    return {stage: [r[i] for r in ranks] for i, stage in enumerate(stages)}
+
+
+def _launch_ranks(optimizer, world_size: int, fn, target: str, timeout_s: float, kwargs: dict) -> list:
     from memfit.dist import importable_name, interactive_definitions, run_ranks
     name = importable_name(optimizer)
     if name is None and "<locals>" not in optimizer.__qualname__:
         source = interactive_definitions()  # a Jupyter cell's class: the ranks run the notebook's definitions
         if source is not None:
             name = {"source": source, "name": optimizer.__qualname__}
-    args = dict(optimizer=name or optimizer, stage=stage, **kwargs)
+    args = dict(optimizer=name or optimizer, **kwargs)
     try:
-        return run_ranks("memfit.zero:distributed_rank" if name else distributed_rank, world_size, args=args,
-                         timeout_s=timeout_s)
+        return run_ranks(target if name else fn, world_size, args=args, timeout_s=timeout_s)
     except Exception as exc:
         if "Autograd-and-Fork" in str(exc):
             raise RuntimeError(
@@ -532,6 +547,23 @@ def distributed_rank(rank: int, world_size: int, optimizer: str | type, stage: i
                                   device=device)
         out["max_rel_error"] = max_relative_error(report.final, want)
         out["bitwise_equal"] = bool(torch.equal(report.final, want))
+    return out
+
+
+def distributed_stages_rank(rank: int, world_size: int, optimizer: str | type, stages: list[int],
+                            **kwargs) -> list[dict]:
+    """distributed_rank for each of `stages` in turn, in this one process group: a list, one result per stage.
+    Each stage is announced on stdout first, so a rank that hangs or fails is reported with its stage."""
+    if isinstance(optimizer, (str, dict)):
+        from memfit.dist import resolve
+        optimizer = resolve(optimizer)  # once: a notebook's definitions are not run again for every stage
+    out = []
+    for stage in stages:
+        print(f"rank {rank}: stage {stage}", flush=True)
+        try:
+            out.append(distributed_rank(rank, world_size, optimizer, stage, **kwargs))
+        except Exception as exc:
+            raise RuntimeError(f"stage {stage} failed on rank {rank}: {type(exc).__name__}: {exc}") from exc
     return out
 
 
@@ -639,6 +671,17 @@ def zero_redundancy_rank(rank: int, world_size: int, steps: int = 2, cfg: str = 
 
     return _train_engine(rank, world_size, wrap, make_opt, cfg=cfg, steps=steps, batch=batch, seq=seq,
                          opt_args=opt_args, device=device)
+
+
+ENGINES = {"ZeroRedundancyOptimizer (ZeRO-1)": ("zero_redundancy_rank", 1),
+           "FSDP2 fully_shard (ZeRO-3)": ("fsdp2_rank", 3)}  # name: (rank function in this module, ZeRO stage)
+
+
+def engines_rank(rank: int, world_size: int, **kwargs) -> dict[str, dict]:
+    """One rank of each of PyTorch's engines in ENGINES, one after another in this process group:
+    {engine name: what its rank function returns}. One launch for both (a process that imports torch takes
+    seconds to start)."""
+    return {name: globals()[fn](rank, world_size, **kwargs) for name, (fn, _) in ENGINES.items()}
 
 
 def main(argv=None) -> int:

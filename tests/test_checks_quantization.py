@@ -26,13 +26,18 @@ def test_reference_passes_every_case(check, names):
 
 
 def test_reference_converges():
-    checks.check_adamw8bit_convergence(ref.AdamW8bit)
+    """The grader's run (all steps); the notebook's visible run is its first visible_steps."""
+    curves = checks.check_adamw8bit_convergence(ref.AdamW8bit, cases="all")
+    assert [len(c) for c in curves.values()] == [checks.CONVERGENCE["steps"]] * 2
 
 
 @pytest.mark.parametrize("quantize, dequantize, message", [
-    (mutants.q8_truncates, mutants.q8_dequantize, r"exceeds the format's bound \S+ \(0.5 x the block's scale\)"),
+    (mutants.q8_truncates, mutants.q8_dequantize, r"exceeds the format's bound \S+ \(\|d\|/2 \+ 127·\|d - d̂\|"),
     (mutants.q8_scale_255, mutants.q8_dequantize, r"the scale of block \d+ is .* = fp16\(absmax / 127\)"),
     (mutants.q8_scale_from_mean, mutants.q8_dequantize, r"the scale of block \d+ is .* = fp16\(absmax / 127\)"),
+    (mutants.q8_fp16_scale_codes, mutants.q8_dequantize, r"expected -?\d+: roundf.*the code the fp16 scale gives"),
+    (mutants.q8_divides, mutants.q8_dequantize, r"the code of x / d, which rounds differently from x · id"),
+    (mutants.q8_floor_half, mutants.q8_dequantize, r"0\.00390624977.* is 1, expected 0: .*floor\(v \+ 0.5\)"),
     (ref.quantize_q8_0, mutants.q8_dequantize_drops_tail, r"dequantized: \d+ values are NaN: never written"),
     (mutants.q8_in_pytorch, mutants.q8_dequantize, r"PyTorch did arithmetic"),
 ])
@@ -42,12 +47,28 @@ def test_q8_0_mutants_fail(quantize, dequantize, message):
 
 
 @pytest.mark.parametrize("quantize, message", [
-    (mutants.q4_interleaved, r"exceeds the format's bound \S+ \(1 x the block's scale\)"),
+    (mutants.q4_interleaved, r"exceeds the format's bound \S+ \(\|d\| \+ 8·\|d - d̂\|"),
     (mutants.q4_no_clamp, r"exceeds the format's bound"),
+    (mutants.q4_fp16_scale_codes, r"expected \d+: min\(15, trunc.*the code the fp16 scale gives"),
+    (mutants.q4_positive_wins_ties, r"both have the largest magnitude; m is the first of them"),
+    (mutants.q4_divides, r"the code of x / d"),
+    (mutants.q4_fma, r"x · id \+ 8.5 rounded once, as an fma"),
 ])
 def test_q4_0_mutants_fail(quantize, message):
     with pytest.raises(CheckFailed, match=message):
         checks.check_q4_0(quantize, mutants.q4_dequantize, cases="all")
+
+
+@pytest.mark.parametrize("fmt, wrong", [("q8_0", mutants.q8_fp16_scale_codes), ("q8_0", mutants.q8_divides),
+                                        ("q8_0", mutants.q8_floor_half), ("q4_0", mutants.q4_fp16_scale_codes),
+                                        ("q4_0", mutants.q4_positive_wins_ties), ("q4_0", mutants.q4_divides)],
+                         ids=lambda v: getattr(v, "__name__", v))
+def test_the_departures_from_llama_cpp_fail_the_visible_cases(fmt, wrong):
+    """What the text warns about (codes from the fp16 scale, x / d, floor(v + 0.5), the tie rule) fails the visible
+    check on its numbers, before the memory cases, so a learner sees it in the notebook."""
+    dequantize = mutants.q8_dequantize if fmt == "q8_0" else mutants.q4_dequantize
+    with pytest.raises(CheckFailed, match=r"the code of|the scale of block"):
+        getattr(checks, f"check_{fmt}")(wrong, dequantize, cases="visible")
 
 
 @pytest.mark.parametrize("wrong, message", [

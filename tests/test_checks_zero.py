@@ -26,7 +26,7 @@ def test_reference_passes_on_gloo_processes():
     checks.check_zero_on_gloo(ref.ZeroAdamW, ref.zero_bytes_per_rank, cases="all")
 
 
-def test_seed_and_paper_figures():
+def test_paper_and_deepspeed_figures():
     gb = [round(ref.zero_bytes_per_rank(s, 7_500_000_000, 64)["total"] / 1e9, 1) for s in range(4)]
     assert gb == [120.0, 31.4, 16.6, 1.9]
     n, largest = checks.LLAMA8B_PARAMS, checks.LLAMA8B_LARGEST
@@ -34,6 +34,18 @@ def test_seed_and_paper_figures():
     assert (round(gpu / 2**30, 2), round(cpu / 2**30, 2)) == (5.70, 179.49)
     _, gpu8 = ref.deepspeed_zero3_estimate(n, largest, gpus_per_node=8, offload_optimizer=False, offload_params=False)
     assert round(gpu8 / 2**30, 2) == 18.78
+    for kwargs, which, printed in checks.DEEPSPEED_ESTIMATOR_RUNS:  # what DeepSpeed's estimator prints, as GiB
+        cpu, gpu = ref.deepspeed_zero3_estimate(n, largest, **kwargs)
+        assert round((cpu if which == "cpu" else gpu) / 2**30, 2) == printed
+
+
+def test_messages_write_counts_with_thousands_separators():
+    assert checks._count(1_000_003) == "1,000,003" and checks._count((0, 2_048)) == "(0, 2,048)"
+    assert checks._count(True) == "True" and checks._count(None) == "None" and checks._count(3.5) == "3.5"
+    def wrong_when_large(numel, world_size, rank):
+        return ref.shard_bounds(numel, world_size, rank) if numel < 1000 else (0, 0)
+    with pytest.raises(CheckFailed, match=r"numel=918,144, .*expected \(start, stop\) = \(0, 306,048\)"):
+        checks.check_shard_bounds(wrong_when_large, cases="visible")
     assert ref.comm_bytes_per_rank(3, 1024, 8) * 2 == ref.comm_bytes_per_rank(2, 1024, 8) * 3  # 3Ψ against 2Ψ
 
 

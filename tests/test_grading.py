@@ -204,6 +204,18 @@ def test_missing_folder_is_a_one_line_error(tmp_path):
     assert proc.returncode == 2 and "no such folder of notebooks" in proc.stderr
 
 
+def test_one_lesson_is_graded_alone(tmp_path):
+    """make grade LESSON=00: only that lesson's notebook of each student is graded; an unknown lesson is named."""
+    for name in ("00_first_kernel.ipynb", "01_model_states.ipynb"):
+        (tmp_path / "ann").mkdir(exist_ok=True)
+        (tmp_path / "ann" / name).write_text((ROOT / "lessons" / name).read_text())
+    proc = run_grader("--submissions", tmp_path, "--lessons", "0", "--workers", "1", "--out", tmp_path / "g")
+    assert proc.returncode == 0, proc.stderr
+    assert {r.lesson for r in gradebook.read(tmp_path / "g" / "gradebook.csv")} == {"00_first_kernel"}
+    proc = run_grader("--submissions", tmp_path, "--lessons", "08", "--out", tmp_path / "g")
+    assert proc.returncode == 2 and "no lesson '08'; the lessons are 00_first_kernel" in proc.stderr
+
+
 def test_gradebook_keeps_other_students_rows(tmp_path):
     book = tmp_path / "gradebook.csv"
     row = lambda s, pts: gradebook.Row(s, LESSON, "bytes_of", pts, 2, "passed" if pts else "failed", "")

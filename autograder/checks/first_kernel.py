@@ -214,15 +214,15 @@ def _loads_in_bounds(what: str):
         else:
             builder.create_masked_load = own
     if strays[0]:
-        raise CheckFailed(f"{what}: your kernel loaded {strays[0]} elements outside the tensors it was given (out of "
+        raise CheckFailed(f"{what}: your kernel loaded {strays[0]:,} elements outside the tensors it was given (out of "
                           "bounds reads, past the end of x or y): mask the loads with offsets < n, as the store")
 
 
 def _describe(case_shape, dtype, alpha: float, operands: str = "separate tensors") -> str:
     how = {"separate tensors": "", "views into one buffer": " (x and y views into one buffer)",
            "the same tensor": " (y is x)", "strides differ on a size-1 dim": " (x = a (1, n) tensor transposed)"}
-    return (f"scaled_add(x, y, alpha={alpha:.4f}) with x and y of shape {tuple(case_shape)}, {dtype_name(dtype)}"
-            + how[operands])
+    return (f"scaled_add(x, y, alpha={alpha:.4f}) with x and y of shape {tuple(case_shape)} "
+            f"({math.prod(case_shape):,} elements), {dtype_name(dtype)}" + how[operands])
 
 
 def _check_one(scaled_add, x, y, alpha: float, what: str, earlier: dict | None = None) -> None:

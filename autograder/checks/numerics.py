@@ -57,9 +57,9 @@ def assert_close_by_rule(got: torch.Tensor, exact: torch.Tensor, torch_same_dtyp
     unwritten = torch.isnan(got64) & ~torch.isnan(exact64)
     if unwritten.any():
         first = int(unwritten.nonzero()[0])
-        raise CheckFailed(f"{what}: {int(unwritten.sum())} of {got64.numel()} output elements are NaN, "
-                          f"first at index {first}: they were never written (check your mask and grid) or computed as NaN "
-                          "(an exp that overflowed, -inf minus -inf)")
+        raise CheckFailed(f"{what}: {int(unwritten.sum()):,} of {got64.numel():,} output elements are NaN, "
+                          f"first at index {first:,}: they were never written (check your mask and grid) or "
+                          "computed as NaN (an exp that overflowed, -inf minus -inf)")
     if got64.numel() == 0:
         return
     torch_err = (torch_same_dtype.detach().to(torch.float64).flatten() - exact64).abs().max().item()
@@ -70,7 +70,7 @@ def assert_close_by_rule(got: torch.Tensor, exact: torch.Tensor, torch_same_dtyp
     worst = int(err.argmax())
     if err[worst].item() > tol:
         raise CheckFailed(
-            f"{what}: max |error| {err[worst].item():.3g} at index {worst} (expected {exact64[worst].item():.6g}, "
+            f"{what}: max |error| {err[worst].item():.3g} at index {worst:,} (expected {exact64[worst].item():.6g}, "
             f"got {got64[worst].item():.6g}) exceeds the tolerance {tol:.3g} = 2 x PyTorch's "
             f"{dtype_name(got.dtype)} error {torch_err:.3g} + floor {floor:.3g}")
 
@@ -171,7 +171,7 @@ def call_pure(fn, *args, what: str, writable: tuple[str, ...] = (), **kwargs):
     for (name, t), old in zip(inputs, before):
         if not _same_bits(t.detach(), old):
             changed = int((t.detach() != old).sum()) if t.dtype != torch.bool else -1
-            raise CheckFailed(f"{what}: {name} was changed by the call ({changed} elements differ): leave the "
+            raise CheckFailed(f"{what}: {name} was changed by the call ({changed:,} elements differ): leave the "
                               "inputs as they were and write results into new tensors (or out=)")
     for out in _tensors(result):
         for name, t in inputs:
@@ -210,9 +210,9 @@ def check_guards(t: torch.Tensor, what: str) -> None:
         written = ~torch.isnan(region) if buffer.dtype.is_floating_point else region != fill
         if written.any():
             idx = int(written.nonzero()[0]) + first
-            raise CheckFailed(f"{what}: wrote {int(written.sum())} elements {name} of an output (out of bounds, at "
-                              f"element {idx} of {n}): mask every load and store with the true size, and launch "
-                              "only the programs a partial last block needs")
+            raise CheckFailed(f"{what}: wrote {int(written.sum()):,} elements {name} of an output (out of bounds, "
+                              f"at element {idx:,} of {n:,}): mask every load and store with the true size, and "
+                              "launch only the programs a partial last block needs")
 
 
 @contextlib.contextmanager
@@ -267,7 +267,7 @@ def guarded_allocations(what: str | None = None):
             written = ~torch.isnan(region) if buffer.dtype.is_floating_point else region != fill
             if written.any():
                 idx = int(written.nonzero()[0]) + first
-                raise CheckFailed(f"{what + ': ' if what else ''}a kernel wrote {int(written.sum())} elements {where} of a tensor of "
-                                  f"{tuple(t.shape)} ({dtype_name(t.dtype)}) that your code allocated (out of "
-                                  f"bounds, at element {idx} of {n}): mask every load and store with the true "
-                                  "size, and launch only the programs a partial last block needs")
+                raise CheckFailed(f"{what + ': ' if what else ''}a kernel wrote {int(written.sum()):,} elements "
+                                  f"{where} of a tensor of {tuple(t.shape)} ({dtype_name(t.dtype)}) that your code "
+                                  f"allocated (out of bounds, at element {idx:,} of {n:,}): mask every load and store "
+                                  "with the true size, and launch only the programs a partial last block needs")

@@ -1,17 +1,20 @@
 """Checks of lesson 07 (solutions/07_quantization.ipynb): Q8_0 and Q4_0 block formats in Triton, the weight-only
 int8 matmul, blockwise 8-bit states on the dynamic code, AdamW8bit, and its convergence against AdamW.
 
-Block formats: every code must be the one the format's rule gives for the scale actually stored (Q8_0: round(x / d)
-half away from zero, clamped to ±127; Q4_0: min(15, ⌊x/d + 8.5⌋); the padding of the last block: the code of 0;
-a block of zeros: d = 0 and codes 0 / 8), the scales fp16(absmax / 127) (Q8_0) or fp16(m / -8) with m's sign
-(Q4_0), and the round trip within the format's bound plus the rounding of the result to the output dtype. The
-cases cover Gaussian and heavy-tailed weights, blocks of zeros, blocks whose extreme is negative, exact ties,
-1 to 3 dimensions, non-contiguous views and lengths against the block of 32, in fp32, fp16 and bf16; guard
-regions around what the learner allocates catch a store past the end. The matmul follows the course's rule
-against float64 (on Triton's interpreter a dot left at TF32 is rounded to TF32, as a GPU would), for x of 1 to
-3 dimensions, strided, and tiles against ragged M, N and K; its memory check forbids a dequantized copy of the
-weight and any bytes kept after the call. The 8-bit states must hold the nearest level of the code, with the
-default and another block; AdamW8bit is graded with the reference quantize_blockwise / dequantize_blockwise (a
+Block formats: the bytes llama.cpp's reference quantizers write (ggml-quants.c; gguf.quants in Python, against which
+tests/test_gguf_parity.py checks llama_quantize), every scale and every code exact (the last block's padding
+included). Q8_0: d = absmax / 127 in fp32, codes roundf(x · id) with id = 1 / d in fp32, d stored in fp16. Q4_0:
+d = m / -8 with m the first value of largest magnitude and its sign, codes min(15, trunc(x · id + 8.5)), each
+operation rounded to fp32. A block of zeros: d = 0 (either sign), codes 0 / 8. The round trip must stay within the
+format's bound: (1/2 or 1) · |d| + (127 or 8) · |d - d̂|, d̂ the stored fp16 scale. The cases cover Gaussian and
+heavy-tailed weights, blocks of zeros, blocks whose extreme is negative, +a and -a tied for the extreme, exact
+halves (0.5 - 2^-25 included), values within two fp32 steps of a boundary between codes, tiny values (the fp16
+scale subnormal or 0), 1 to 3 dimensions, non-contiguous views and lengths against the block of 32, in fp32, fp16
+and bf16; guard regions around what the learner allocates catch a store past the end. The matmul follows the
+course's rule against float64 (on Triton's interpreter a dot left at TF32 is rounded to TF32, as a GPU would), for
+x of 1 to 3 dimensions, strided, and tiles against ragged M, N and K; its memory check forbids a dequantized copy
+of the weight and any bytes kept after the call. The 8-bit states must hold the nearest level of the code, with
+the default and another block; AdamW8bit is graded with the reference quantize_blockwise / dequantize_blockwise (a
 bug there costs exercise 4's points only): its first step must match AdamW (the update uses the fp32 states
 before they are rounded), its states the nearest levels, over one chunk and several, and it may not touch the
 gradients.
@@ -37,8 +40,10 @@ from autograder.checks.references import reference
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
 
 QK = 32
-FORMATS = {"q8_0": dict(code_dtype=torch.int8, code_bytes=32, bound=0.5),
-           "q4_0": dict(code_dtype=torch.uint8, code_bytes=16, bound=1.0)}
+# bound: the error of a code under the fp32 scale d, in units of |d|; spread: the largest |code - 0 or 8|, which
+# multiplies the fp16 rounding of the scale in the round trip's error
+FORMATS = {"q8_0": dict(code_dtype=torch.int8, code_bytes=32, bound=0.5, spread=127, rule="|d|/2 + 127·|d - d̂|"),
+           "q4_0": dict(code_dtype=torch.uint8, code_bytes=16, bound=1.0, spread=8, rule="|d| + 8·|d - d̂|")}
 # The block formats run in bf16 even interpreted (the text: "in fp32, fp16 and bf16"); the profile's dtypes are a
 # subset. The matmul is graded in the profile's dtypes (Triton's interpreter cannot multiply bf16 tiles).
 ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -100,8 +105,12 @@ def weights(kind: str, shape, seed: int, fmt: str = "q8_0") -> torch.Tensor:
     """fp32 test weights on the CPU. gaussian: std 0.02. heavy: Student's t (3 dof) x 0.01 with a few outliers
     of 0.5. zeros: all zero. blocky: Gaussian with the first block zero and one outlier of 3.0. negative: Gaussian
     where each block's extreme value is negative and a positive value of 0.98 its magnitude follows it (Q4_0
-    clamps that one). ties: scales that are powers of two in fp16 and values exactly halfway between two codes
-    (Q8_0: x / d = k + 0.5; Q4_0: x / d + 8.5 an integer)."""
+    clamps that one). ties: exact halves: scales that are powers of two and values whose x · id is exactly halfway
+    between two codes (Q8_0: k + 0.5; Q4_0: x · id + 8.5 an integer), and x · id = ±(0.5 - 2^-25), where
+    floor(v + 0.5) in fp32 goes wrong. near: near halves: a random scale per block and values within two fp32
+    steps of (k + 0.5) · d, where x · id and x / d, or the fp32 and the fp16 scale, give different codes. tied: +a
+    and -a both the block's largest magnitude, in either order and in either half of the block. tiny: Gaussian
+    blocks scaled by 1e-5 .. 1e-30, whose fp16 scale is subnormal or 0."""
     gen = torch.Generator().manual_seed(seed)
     n = math.prod(shape)
     if kind == "zeros":
@@ -122,14 +131,45 @@ def weights(kind: str, shape, seed: int, fmt: str = "q8_0") -> torch.Tensor:
             if e - s > 1:
                 w[s + (s // QK + 1) % (e - s)] = 0.98 * (1.5 * top + 0.01)
     elif kind == "ties":
-        if fmt == "q8_0":  # d = fp16(127 * 2^-7 / 127) = 2^-7; values (2k + 1) * 2^-8: x / d = k + 0.5
+        if fmt == "q8_0":  # d = 127 * 2^-7 / 127 = 2^-7, id = 2^7; values (2k + 1) * 2^-8: x * id = k + 0.5
             w = (2 * torch.randint(-127, 127, (n,), generator=gen) + 1).float() * 2.0**-8
             extreme = 127 * 2.0**-7
-        else:  # d = -m / 8 = 2^-7 for m = -2^-4; values (j - 0.5) * 2^-7: x / d + 8.5 = j + 8
+        else:  # d = -m / 8 = 2^-7 for m = -2^-4; values (j - 0.5) * 2^-7: x * id + 8.5 = j + 8
             w = (torch.randint(-7, 9, (n,), generator=gen).float() - 0.5) * 2.0**-7
             extreme = -(2.0**-4)
         sign = torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0) if fmt == "q8_0" else torch.ones(n)
         w[::QK] = extreme * sign[::QK]
+        edge = (0.5 - 2.0**-25) * 2.0**-7  # x * id = 0.5 - 2^-25: roundf gives 0, floor(v + 0.5) in fp32 gives 1
+        w[1::QK] = edge
+        w[2::QK] = -edge
+    elif kind == "near":
+        blocks = math.ceil(n / QK)
+        top = (torch.rand(blocks, generator=gen) * 0.09 + 0.01).float()
+        if fmt == "q8_0":
+            m = top * torch.where(torch.rand(blocks, generator=gen) < 0.5, -1.0, 1.0)
+            d, k = top / 127, torch.randint(-127, 127, (blocks, QK), generator=gen).float()
+        else:
+            m = top * torch.where(torch.rand(blocks, generator=gen) < 0.5, -1.0, 1.0)
+            d, k = m / -8, torch.randint(-8, 8, (blocks, QK), generator=gen).float()
+        x = (k + 0.5) * d[:, None]  # fp32: within an fp32 step of a boundary between two codes
+        for _ in range(2):  # then 0, 1 or 2 fp32 steps up or down
+            step = torch.randint(-1, 2, x.shape, generator=gen)
+            x = torch.where(step > 0, torch.nextafter(x, torch.full_like(x, math.inf)),
+                            torch.where(step < 0, torch.nextafter(x, torch.full_like(x, -math.inf)), x))
+        x[:, 0] = m  # the block's extreme
+        w = x.reshape(-1)[:n].clone()
+    elif kind == "tied":
+        for b, s in enumerate(range(0, n, QK)):
+            e = min(s + QK, n)
+            if e - s < 2:
+                continue
+            a = 1.5 * w[s:e].abs().max().item() + 0.01
+            first, second = sorted(torch.randperm(e - s, generator=gen)[:2].tolist())
+            w[s + first], w[s + second] = (-a, a) if b % 2 == 0 else (a, -a)
+    elif kind == "tiny":
+        exponents = (5, 6, 7, 9, 12, 20, 30)
+        for b, s in enumerate(range(0, n, QK)):
+            w[s:s + QK] *= 10.0 ** -exponents[b % len(exponents)]
     return w.view(shape)
 
 
@@ -152,24 +192,49 @@ def decode(fmt: str, data: torch.Tensor, scales: torch.Tensor, n: int) -> torch.
     return values.reshape(-1)[:n]
 
 
-def _extremes(fmt: str, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per block: the expected |d| (fp16) and whether the sign of Q4_0's m is ambiguous (+a and -a both there)."""
-    blocks = in_blocks(w.detach().reshape(-1).float().cpu())
-    absmax = blocks.abs().amax(dim=1)
-    ambiguous = (blocks.amax(dim=1) == absmax) & (blocks.amin(dim=1) == -absmax)
-    return (absmax / (127 if fmt == "q8_0" else 8)).half(), ambiguous
+def roundf(v: torch.Tensor) -> torch.Tensor:
+    """C's roundf of fp32 values, exactly: the nearest integer, halves away from zero."""
+    a = v.abs()
+    whole = a.floor()
+    r = torch.where(a - whole >= 0.5, whole + 1, whole)
+    return torch.where(v < 0, -r, r)
 
 
-def _expected_scales(fmt: str, w: torch.Tensor) -> torch.Tensor:
-    """d per block as the format defines it: fp16(absmax / 127) for Q8_0, fp16(m / -8) for Q4_0 (signed)."""
-    blocks = in_blocks(w.detach().reshape(-1).float().cpu())
+def _reciprocal(d: torch.Tensor) -> torch.Tensor:
+    return torch.where(d != 0, 1 / torch.where(d != 0, d, 1.0), 0.0)
+
+
+@dataclass
+class Llama:
+    """A tensor quantized as llama.cpp's reference quantizers do (ggml-quants.c's quantize_row_q8_0_ref and
+    quantize_row_q4_0_ref; gguf.quants in Python), every step in fp32 on the CPU: tests/test_gguf_parity.py checks
+    it against gguf byte for byte."""
+    x: torch.Tensor  # fp32 (blocks, 32): the values, the last block padded with zeros
+    m: torch.Tensor  # fp32 (blocks,): absmax (Q8_0) or the first value of largest magnitude, signed (Q4_0)
+    d: torch.Tensor  # fp32 (blocks,): m / 127 or m / -8
+    scales: torch.Tensor  # fp16 (blocks,): d as stored
+    v: torch.Tensor  # fp32 (blocks, 32): x * id (Q8_0) or x * id + 8.5 (Q4_0), each operation rounded to fp32
+    codes: torch.Tensor  # int64 (blocks, 32)
+
+
+def llama_quantize(fmt: str, w: torch.Tensor) -> Llama:
+    x = in_blocks(w.detach().reshape(-1).float().cpu())
     if fmt == "q8_0":
-        return (blocks.abs().amax(dim=1) / 127).half()
-    top, bottom = blocks.amax(dim=1), blocks.amin(dim=1)
-    return (torch.where(top >= -bottom, top, bottom) / -8).half()
+        m = x.abs().amax(dim=1)
+        d = m / 127
+        v = x * _reciprocal(d)[:, None]
+        codes = roundf(v)
+    else:
+        amax = x.abs().amax(dim=1, keepdim=True)
+        first = (x.abs() == amax).int().argmax(dim=1, keepdim=True)  # the first one
+        m = torch.where(amax[:, 0] > 0, x.gather(1, first)[:, 0], 0.0)  # a block of zeros: C's initial +0.0
+        d = m / -8
+        v = x * _reciprocal(d)[:, None] + 8.5
+        codes = v.trunc().clamp(0, 15)
+    return Llama(x, m, d, d.half(), v, codes.long())
 
 
-def _check_layout(fmt: str, qt, w: torch.Tensor, what: str) -> None:
+def _check_layout(fmt: str, qt, w: torch.Tensor, what: str) -> Llama:
     spec = FORMATS[fmt]
     blocks = math.ceil(w.numel() / QK)
     for name in ("data", "scales", "shape", "dtype"):
@@ -188,87 +253,119 @@ def _check_layout(fmt: str, qt, w: torch.Tensor, what: str) -> None:
     if qt.data.device != w.device or qt.scales.device != w.device:
         raise CheckFailed(f"{what}: codes and scales should be on {w.device}, got {qt.data.device} and "
                           f"{qt.scales.device}")
-    got = qt.scales.detach().cpu()
-    if torch.isnan(got.float()).any():
-        raise CheckFailed(f"{what}: {int(torch.isnan(got.float()).sum())} scales are NaN: never written (check the "
-                          "mask of the scales' store) or a division by zero in a block of zeros")
-    magnitude, ambiguous = _extremes(fmt, w)
-    expected = _expected_scales(fmt, w)
-    ulp = torch.finfo(torch.float16).eps * magnitude.float().clamp_min(2.0**-24)
-    off = (got.float().abs() - magnitude.float()).abs() > ulp
-    rule = "fp16(absmax / 127)" if fmt == "q8_0" else "fp16(m / -8), m the block's value of largest magnitude"
+    got = qt.scales.detach().cpu().float()
+    if torch.isnan(got).any():
+        raise CheckFailed(f"{what}: {int(torch.isnan(got).sum())} scales are NaN: never written (check the mask of "
+                          "the scales' store) or a division by zero in a block of zeros")
+    ref = llama_quantize(fmt, w)
+    expected = ref.scales.float()
+    off = got != expected  # a zero scale may carry either sign
     if off.any():
         i = int(off.nonzero()[0])
-        raise CheckFailed(f"{what}: the scale of block {i} is {got[i].item():.6g}, expected "
-                          f"{expected[i].item():.6g} = {rule}")
-    wrong_sign = (got.float() * expected.float() < 0) & ~ambiguous
+        head = f"{what}: the scale of block {i} is {got[i].item():.6g}, expected {expected[i].item():.6g}"
+        if fmt == "q8_0":
+            why = ("d = absmax / 127 is never negative" if got[i] == -expected[i] else
+                   f"absmax = {ref.m[i].item():.6g}, d = absmax / 127 computed in fp32, then stored in fp16")
+            raise CheckFailed(f"{head} = fp16(absmax / 127): {why}")
+        block = ref.x[i]
+        top = block.abs().max()
+        if got[i] == -expected[i] and (block == top).any() and (block == -top).any():
+            j = int((block.abs() == top).int().argmax())
+            why = (f"+{top.item():.6g} and -{top.item():.6g} both have the largest magnitude; m is the first of them "
+                   f"in the block (value {j}, {block[j].item():.6g}), as llama.cpp's scan keeps the first")
+        elif got[i] == -expected[i]:
+            why = "the scale is signed: m keeps its sign, so a block whose extreme value is negative has d > 0"
+        else:
+            why = f"m = {ref.m[i].item():.6g}, d = m / -8 computed in fp32, then stored in fp16"
+        raise CheckFailed(f"{head} = fp16(m / -8), m the block's value of largest magnitude with its sign: {why}")
+    return ref
+
+
+_CODE_HINTS = {
+    "fp16": "that is the code the fp16 scale gives: llama.cpp computes the codes with the fp32 d and rounds d to fp16 "
+            "only to store it",
+    "division": "that is the code of x / d, which rounds differently from x · id here: compute id = 1 / d once per "
+                "block and multiply, as llama.cpp does (on a GPU, with tl.math.div_rn: Triton's / is approximate)",
+    "floor": "that is floor(v + 0.5) with v + 0.5 rounded to fp32 first: roundf compares |v| - floor(|v|) with 0.5 "
+             "(the given round_half_away)",
+    "fma": "that is x · id + 8.5 rounded once, as an fma: llama.cpp rounds the product to fp32, then the sum (the "
+           "given launch_blocks compiles without the fusion)",
+}
+
+
+def _departures(fmt: str, ref: Llama, stored: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The codes of the usual departures from llama.cpp's rule, for every value: the fp16 scale, x / d, and
+    floor(v + 0.5) (Q8_0) or one rounding for x · id + 8.5 (Q4_0)."""
+    x, d = ref.x, ref.d[:, None]
+    inverse16 = _reciprocal(stored.float())[:, None]
+    quotient = torch.where(d != 0, x / torch.where(d != 0, d, 1.0), 0.0)
     if fmt == "q8_0":
-        wrong_sign = got.float() < 0
-    if wrong_sign.any():
-        i = int(wrong_sign.nonzero()[0])
-        why = ("d = absmax / 127 is never negative" if fmt == "q8_0" else
-               "the scale is signed: m keeps its sign, so a block whose extreme value is negative has d > 0")
-        raise CheckFailed(f"{what}: the scale of block {i} is {got[i].item():.6g}, expected "
-                          f"{expected[i].item():.6g} = {rule}: {why}")
+        v = ref.v
+        return {"fp16": roundf(x * inverse16), "division": roundf(quotient),
+                "floor": torch.where(v >= 0, (v + 0.5).floor(), -(0.5 - v).floor())}
+    fused = (x.double() * _reciprocal(ref.d).double()[:, None] + 8.5).float()
+    return {name: t.trunc().clamp(0, 15) for name, t in
+            (("fp16", x * inverse16 + 8.5), ("division", quotient + 8.5), ("fma", fused))}
 
 
-def _check_codes(fmt: str, qt, w: torch.Tensor, what: str) -> None:
-    """Every code (the last block's padding included) is the one the format's rule gives for the stored scale.
-    Within an fp32 rounding of a boundary either neighbour is accepted, except at an exact tie under a scale that
-    is a power of two (x / d is then exact however it is computed): there the rule decides."""
-    x = in_blocks(w.detach().reshape(-1).double().cpu())
-    d = qt.scales.detach().cpu().double()
+def _code_hint(fmt: str, ref: Llama, got: torch.Tensor, stored: torch.Tensor, b: int, j: int) -> str:
+    """Why the codes differ from llama.cpp's, when one of the usual departures explains it: one that explains every
+    wrong code first, else one that explains the first."""
+    wrong = got != ref.codes
+    departures = {name: codes.long() for name, codes in _departures(fmt, ref, stored).items()}
+    for name, codes in departures.items():
+        if torch.equal(codes[wrong], got[wrong]):
+            return _CODE_HINTS[name]
+    for name, codes in departures.items():
+        if codes[b, j] == got[b, j]:
+            return _CODE_HINTS[name]
+    v = ref.v[b, j]
+    if fmt == "q8_0" and (v.abs() - v.abs().floor()) == 0.5:
+        return f"x · id = {v.item():.9g} is exactly halfway: roundf rounds halves away from zero"
+    return ""
+
+
+def _check_codes(fmt: str, qt, w: torch.Tensor, what: str, ref: Llama | None = None) -> None:
+    """Every code (the last block's padding included) is llama.cpp's, exactly."""
+    ref = ref or llama_quantize(fmt, w)
     got = unpack(fmt, qt.data.detach().cpu())
-    safe = torch.where(d != 0, d, 1.0)[:, None]
-    r = x / safe
-    mantissa, _ = torch.frexp(d.abs())
-    exact = ((mantissa == 0.5) | (d == 0))[:, None].expand_as(r)
-    tol = 3e-7 * (r.abs() + 1.0) if fmt == "q8_0" else 3e-7 * (2 * r.abs() + 9.5)  # fp32's rounding of x/d (+ 8.5)
-    if fmt == "q8_0":
-        a = r.abs()
-        rule = torch.sign(r) * torch.floor(a + 0.5)
-        near = ((a - torch.floor(a)) - 0.5).abs() < tol
-        near_tie = near & ~(exact & ((a - torch.floor(a)) == 0.5))
-        other = torch.sign(r) * torch.where(rule.abs() > a, torch.floor(a), torch.floor(a) + 1)
-        rule, other = rule.clamp(-127, 127), other.clamp(-127, 127)
-        zero_code = 0
-        text = "round(x / d), halves away from zero, clamped to [-127, 127]"
+    ok = got == ref.codes
+    if ok.all():
+        return
+    b, j = (int(v) for v in (~ok).nonzero()[0])
+    i = b * QK + j
+    n = w.numel()
+    zero_code = 0 if fmt == "q8_0" else 8
+    if ref.d[b] == 0:
+        text = f"a block of zeros has d = 0 and codes {zero_code}"
+    elif fmt == "q8_0":
+        text = "roundf(x · id), id = 1 / d, d = absmax / 127, all in fp32 (halves away from zero)"
     else:
-        t = r + 8.5
-        rule = torch.floor(t)
-        near = (t - torch.round(t)).abs() < tol
-        near_tie = near & ~(exact & (t == torch.round(t)))
-        other = torch.where(rule == torch.round(t), rule - 1, rule + 1)
-        rule, other = rule.clamp(0, 15), other.clamp(0, 15)
-        zero_code = 8
-        text = "min(15, ⌊x/d + 8.5⌋)"
-    zero_block = (d == 0)[:, None].expand_as(r)
-    rule = torch.where(zero_block, float(zero_code), rule)
-    ok = (got == rule) | (near_tie & ~zero_block & (got == other))
-    if not ok.all():
-        b, j = (int(v) for v in (~ok).nonzero()[0])
-        i = b * QK + j
-        n = w.numel()
-        where = (f"value {i} ({x[b, j].item():.6g}; x / d = {r[b, j].item():.6g} with the stored d = "
-                 f"{d[b].item():.6g})" if i < n else f"position {i} (the zero padding of the last block; n = {n})")
-        if d[b] == 0:
-            text = f"a block of zeros has d = 0 and codes {zero_code}"
-        raise CheckFailed(f"{what}: the code of {where} is {int(got[b, j])}, expected {int(rule[b, j])}: {text}")
+        text = "min(15, trunc(x · id + 8.5)), id = 1 / d, d = m / -8, all in fp32"
+    where = (f"value {i} ({ref.x[b, j].item():.9g}; d = {ref.d[b].item():.9g} in fp32)" if i < n else
+             f"position {i} (the zero padding of the last block; n = {n})")
+    hint = _code_hint(fmt, ref, got, qt.scales.detach().cpu(), b, j)
+    raise CheckFailed(f"{what}: the code of {where} is {int(got[b, j])}, expected {int(ref.codes[b, j])}: {text}"
+                      + (f"; {hint}" if hint else ""))
 
 
-def _check_round_trip(fmt: str, qt, w: torch.Tensor, what: str) -> None:
+def _check_round_trip(fmt: str, qt, w: torch.Tensor, what: str, ref: Llama | None = None) -> None:
+    """|x - x̂| within the format's bound: (1/2 or 1) · |d| + (127 or 8) · |d - d̂|, d the fp32 scale, d̂ the fp16
+    one stored (the codes are made with d, the decoder multiplies by d̂), plus fp32's rounding of x · id."""
+    ref = ref or llama_quantize(fmt, w)
     n = w.numel()
     exact = w.detach().double().reshape(-1).cpu()
     decoded = decode(fmt, qt.data.detach().cpu(), qt.scales.detach().cpu(), n)
-    d = qt.scales.detach().cpu().double().abs().repeat_interleave(QK)[:n]
-    bound = FORMATS[fmt]["bound"] * d * 1.01
+    spec = FORMATS[fmt]
+    d, d16 = ref.d.double().abs(), (ref.d.double() - ref.scales.double()).abs()
+    bound = ((spec["bound"] + 1e-4) * d + spec["spread"] * d16).repeat_interleave(QK)[:n]
     err = (decoded - exact).abs()
     if (err > bound).any():
         i = int((err - bound).argmax())
         raise CheckFailed(f"{what}: value {i} is {exact[i].item():.6g}, its codes decode to {decoded[i].item():.6g}; "
                           f"|error| {err[i].item():.3g} exceeds the format's bound {bound[i].item():.3g} "
-                          f"({FORMATS[fmt]['bound']:g} x the block's scale): check the rounding, the clamp and the "
-                          "layout of the codes")
+                          f"({spec['rule']}, d the block's fp32 scale, d̂ the fp16 one stored): check the rounding, "
+                          "the clamp and the layout of the codes")
 
 
 def _check_dequantized(fmt: str, out, qt, w: torch.Tensor, what: str) -> None:
@@ -289,7 +386,7 @@ def _check_dequantized(fmt: str, out, qt, w: torch.Tensor, what: str) -> None:
 
 @dataclass(frozen=True)
 class BlockCase:
-    kind: str  # gaussian, heavy, zeros, blocky, negative, ties
+    kind: str  # gaussian, heavy, zeros, blocky, negative, ties, near, tied, tiny (see weights)
     shape: tuple
     dtypes: tuple  # names: fp32, fp16, bf16
     hidden: bool
@@ -298,7 +395,8 @@ class BlockCase:
 
     def axes(self) -> dict:
         weights = {"gaussian": "gaussian", "heavy": "heavy-tailed", "zeros": "zero block", "blocky": "zero block",
-                   "negative": "negative extreme", "ties": "ties"}[self.kind]
+                   "negative": "negative extreme", "ties": "exact halves", "near": "near halves",
+                   "tied": "tied extremes", "tiny": "tiny values"}[self.kind]
         return {"weights": weights, "rank": len(self.shape), "n_vs_block": _n_vs_block(math.prod(self.shape)),
                 "dtype": self.dtypes, "layout": "non-contiguous" if self.transposed else "contiguous"}
 
@@ -310,6 +408,9 @@ BLOCK_CASES = [
     BlockCase("heavy", (40, 32), ("fp32", "bf16"), False),
     BlockCase("negative", (3, 5, 7), ("fp32", "bf16"), False),
     BlockCase("ties", (2, 64), ("fp32", "fp16"), False),
+    BlockCase("near", (8, 32), ("fp32",), False),
+    BlockCase("tied", (4, 40), ("fp32", "fp16"), False),
+    BlockCase("tiny", (7, 32), ("fp32", "fp16", "bf16"), False),
     BlockCase("heavy", (12, 10), ("fp32", "fp16"), False, transposed=True),
     BlockCase("gaussian", (1,), ("fp32", "bf16"), True),
     BlockCase("heavy", (31,), ("fp16", "bf16"), True),
@@ -320,8 +421,12 @@ BLOCK_CASES = [
     BlockCase("gaussian", (24, 65), ("fp16",), True),
     BlockCase("negative", (5, 70), ("fp32", "bf16"), True),
     BlockCase("ties", (160,), ("fp32", "bf16"), True),
+    BlockCase("near", (3, 100), ("fp32", "fp16"), True),
+    BlockCase("tied", (161,), ("fp32", "bf16"), True),
+    BlockCase("tiny", (7, 33), ("fp32", "fp16"), True),
     BlockCase("heavy", (21, 30), ("fp32", "fp16"), True, transposed=True),
     BlockCase("heavy", (4096, 1027), ("fp16", "bf16"), True, gpu_only=True),
+    BlockCase("near", (2048, 256), ("fp32",), True, gpu_only=True),
 ]
 
 
@@ -422,9 +527,9 @@ def _check_block_format(fmt: str, quantize, dequantize, cases: str) -> None:
             what = f"quantize_{fmt}({case.kind} weights of shape {tuple(w.shape)}{view}, {_name(dtype)})"
             with guarded_allocations(what):
                 qt = _call_pure_q(quantize, w, what=what)
-            _check_layout(fmt, qt, w, what)
-            _check_round_trip(fmt, qt, w, what)
-            _check_codes(fmt, qt, w, what)
+            ref = _check_layout(fmt, qt, w, what)
+            _check_round_trip(fmt, qt, w, what, ref)
+            _check_codes(fmt, qt, w, what, ref)
             dq_what = what.replace("quantize", "dequantize", 1) + ", dequantized"
             with guarded_allocations(dq_what):
                 out = _call_pure_q(dequantize, qt, what=dq_what)
@@ -446,14 +551,10 @@ def check_q4_0(quantize_q4_0, dequantize_q4_0, cases: str = "visible") -> None:
 # ------------------------------------------------------------------------------------- int8 matmul
 
 def reference_q8_0(w: torch.Tensor):
-    """The check's own Q8_0 of w, as a Quantized (the lesson's given container)."""
-    flat = w.detach().reshape(-1).float().cpu()
-    blocks = in_blocks(flat)
-    d = (blocks.abs().amax(dim=1) / 127).half()
-    d32 = d.float()[:, None]
-    ratio = torch.where(d32 > 0, blocks / torch.where(d32 > 0, d32, 1.0), 0.0)
-    q = (ratio.sign() * (ratio.abs() + 0.5).floor()).clamp(-127, 127).to(torch.int8)
-    return _given().Quantized("q8_0", q.to(w.device), d.to(w.device), w.shape, w.dtype)
+    """The check's own Q8_0 of w (llama.cpp's), as a Quantized (the lesson's given container)."""
+    ref = llama_quantize("q8_0", w)
+    return _given().Quantized("q8_0", ref.codes.to(torch.int8).to(w.device), ref.scales.to(w.device), w.shape,
+                              w.dtype)
 
 
 def _round_to_tf32(a):
@@ -950,18 +1051,22 @@ def check_adamw8bit_step(AdamW8bit, cases: str = "visible") -> None:
 
 
 # Two runs of the course's tiny GPT on the Markov corpus: AdamW (fp32 states) and the learner's AdamW8bit.
-# The margin: every 20-step mean within 2% of AdamW's (the reference's largest gap on a CPU: 0.3%).
-CONVERGENCE = dict(steps=200, lr=3e-3, batch=8, seq=64, window=20, margin=0.02)
+# The margin: every 20-step mean within 2% of AdamW's (the reference's largest gap on a CPU: 0.3%). The grader runs
+# all the steps; the notebook's visible check the first visible_steps of the same runs (the runs are deterministic).
+CONVERGENCE = dict(steps=200, visible_steps=60, lr=3e-3, batch=8, seq=64, window=20, margin=0.02)
 
 
-def check_adamw8bit_convergence(AdamW8bit, cases: str = "visible") -> None:
+def check_adamw8bit_convergence(AdamW8bit, cases: str = "visible") -> dict:
+    """Returns the two loss curves it compared: {"AdamW (fp32 states)": [...], "AdamW8bit": [...]}."""
     from memfit.gpt import COURSE_CONFIGS
     from memfit.training import loss_curve
+    _, hidden = check_cases(cases)
     c = CONVERGENCE
+    steps = c["steps"] if hidden else c["visible_steps"]
     cfg = COURSE_CONFIGS["tiny"]
 
     def run(make):
-        return loss_curve(cfg, make, c["steps"], c["batch"], c["seq"], device="cpu")
+        return loss_curve(cfg, make, steps, c["batch"], c["seq"], device="cpu")
 
     with _graded_alone(AdamW8bit):
         ours = call_learner(run, lambda params: AdamW8bit(params, lr=c["lr"], weight_decay=0.1),
@@ -969,20 +1074,23 @@ def check_adamw8bit_convergence(AdamW8bit, cases: str = "visible") -> None:
     if not all(math.isfinite(x) for x in ours):
         first = next(i for i, x in enumerate(ours) if not math.isfinite(x))
         raise CheckFailed(f"AdamW8bit training course-tiny: the loss became {ours[first]} at step {first}")
-    fp32 = reference(f"adamw8bit_convergence torch.optim.AdamW {sorted(c.items())}",
+    key = sorted({**{k: v for k, v in c.items() if k != "visible_steps"}, "steps": steps}.items())
+    fp32 = reference(f"adamw8bit_convergence torch.optim.AdamW {key}",
                      lambda: run(lambda params: torch.optim.AdamW(params, lr=c["lr"], weight_decay=0.1)))
     w = c["window"]
-    for start in range(0, c["steps"], w):
+    for start in range(0, steps, w):
         a, b = sum(ours[start:start + w]) / w, sum(fp32[start:start + w]) / w
         if abs(a - b) > c["margin"] * b:
-            raise CheckFailed(f"AdamW8bit training course-tiny ({c['steps']} steps, lr {c['lr']}): the mean loss of "
+            raise CheckFailed(f"AdamW8bit training course-tiny ({steps} steps, lr {c['lr']}): the mean loss of "
                               f"steps {start}-{start + w - 1} is {a:.3f}, AdamW's is {b:.3f}; the margin is "
                               f"{c['margin']:.0%}")
+    return {"AdamW (fp32 states)": fp32, "AdamW8bit": ours}
 
 
 # ------------------------------------------------------------------------------------------- axes
 
-_BLOCK_AXES = {"weights": ("gaussian", "heavy-tailed", "zero block", "negative extreme", "ties"),
+_BLOCK_AXES = {"weights": ("gaussian", "heavy-tailed", "zero block", "negative extreme", "exact halves",
+                           "near halves", "tied extremes", "tiny values"),
                "rank": (1, 2, 3), "n_vs_block": ("1", "below one block", "whole blocks", "a partial last block"),
                "dtype": tuple(NAMES[d] for d in ALL_DTYPES), "layout": ("contiguous", "non-contiguous"),
                "memory": ("quantize", "dequantize"), "memory_dtype": tuple(NAMES[d] for d in ALL_DTYPES),

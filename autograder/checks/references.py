@@ -10,7 +10,7 @@ Grading a class, the runner first computes them in a trusted process that loads 
 (`python -m autograder.checks.references LESSON FILE`: the checks marked `references=True`, run on the lesson's
 reference code, with every value they ask for recorded) and saves them in the grades folder. Each student's
 child loads that file before its guards go up; the guards keep the notebook from opening it, and a notebook that
-changes global state (seeds, default dtype) cannot change another student's references. Without a file (the
+changes global state (random seeds, default dtype) cannot change another student's references. Without a file (the
 notebook's own test cells, the tests, a check run by hand) the value is computed in place, as before.
 """
 from __future__ import annotations

@@ -84,6 +84,16 @@ def _what_shard_bounds_is():
     return dict(shard_bounds=_ref().shard_bounds)
 
 
+def _count(x) -> str:
+    """A value for a message: whole numbers with thousands separators (1,000,003), tuples of them alike, anything
+    else as repr."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:,}"
+    if isinstance(x, tuple):
+        return "(" + ", ".join(_count(v) for v in x) + ("," if len(x) == 1 else "") + ")"
+    return repr(x)
+
+
 # ------------------------------------------------------------------------------------ shard_bounds
 
 def _numel_kind(numel: int) -> str:
@@ -116,22 +126,25 @@ def check_shard_bounds(shard_bounds, cases: str = "visible") -> None:
     for case in _select(_plan_shard_bounds(), cases):
         if case.kind == "invalid":
             numel, n, r = case.args
-            expect_value_error(shard_bounds, numel, n, r, what=f"shard_bounds(numel={numel}, world_size={n}, rank={r})",
+            expect_value_error(shard_bounds, numel, n, r,
+                               what=f"shard_bounds(numel={numel:,}, world_size={n:,}, rank={r:,})",
                                why=f"({case.axes['invalid argument']})")
             continue
         numel, n = case.args
-        bounds = [call_learner(shard_bounds, numel, n, r, what=f"shard_bounds({numel}, {n}, {r})") for r in range(n)]
+        def call(r):
+            return f"shard_bounds(numel={numel:,}, world_size={n:,}, rank={r:,})"
+
+        bounds = [call_learner(shard_bounds, numel, n, r, what=call(r)) for r in range(n)]
         size = -(-numel // n)
         for r, b in enumerate(bounds):
             if not (isinstance(b, tuple) and len(b) == 2 and all(isinstance(x, int) for x in b)):
-                raise CheckFailed(f"shard_bounds({numel}, {n}, {r}) should return a tuple (start, stop) of ints, "
-                                  f"got {b!r}")
+                raise CheckFailed(f"{call(r)} should return a tuple (start, stop) of ints, got {_count(b)}")
             if b != (r * size, (r + 1) * size):
-                lengths = [stop - start for start, stop in bounds]
+                lengths = ", ".join(_count(stop - start) for start, stop in bounds[:8]) + (", ..." if n > 8 else "")
                 raise CheckFailed(
-                    f"shard_bounds({numel}, {n}, {r}): expected {(r * size, (r + 1) * size)}, got {b}. Every shard has "
-                    f"ceil({numel}/{n}) = {size} elements and they follow each other (shard lengths you gave: "
-                    f"{lengths[:8]}{'...' if n > 8 else ''}; together they must cover all {numel} elements)"
+                    f"{call(r)}: expected (start, stop) = {_count((r * size, (r + 1) * size))}, got {_count(b)}. "
+                    f"Every shard has ceil({numel:,}/{n:,}) = {size:,} elements and they follow each other (shard "
+                    f"lengths you gave: {lengths}; together they must cover all {numel:,} elements)"
                     + (". Above 2**53 a float cannot hold every integer: round up with integer arithmetic"
                        if numel >= 2**53 else ""))
 
@@ -215,7 +228,7 @@ def _synthetic_want(numel: int, n: int, stage: int, dtype: torch.dtype, steps: i
 
 
 def _synthetic_case(ZeroAdamW, numel: int, n: int, stage: int, dtype: torch.dtype, steps: int = 2) -> None:
-    label = f"stage {stage}, {n} simulated ranks, {numel} parameters, param_dtype {dtype_name(dtype)}"
+    label = f"stage {stage}, {n} simulated ranks, {numel:,} parameters, param_dtype {dtype_name(dtype)}"
     want = _synthetic_want(numel, n, stage, dtype, steps)
     got = _simulate(ZeroAdamW, n, stage, fn=lambda comm: _synthetic_rank(ZeroAdamW, comm, numel, stage, dtype, steps))
     padded = want["first"].numel()
@@ -225,10 +238,10 @@ def _synthetic_case(ZeroAdamW, numel: int, n: int, stage: int, dtype: torch.dtyp
             shown = (f"a tensor of shape {tuple(first.shape)}, {dtype_name(first.dtype)}"
                      if isinstance(first, torch.Tensor) else type(first).__name__)
             raise CheckFailed(f"{label}, rank {r}: gather_params() gave {shown}; expected the padded full vector: "
-                              f"{padded} = {n} x ceil({numel}/{n}) elements in {dtype_name(dtype)}")
+                              f"{padded:,} = {n} x ceil({numel:,}/{n}) elements in {dtype_name(dtype)}")
         if not torch.equal(first, want["first"]):
             raise CheckFailed(f"{label}, rank {r}: before any step gather_params() should be `params` in "
-                              f"{dtype_name(dtype)} followed by {padded - numel} zeros of padding")
+                              f"{dtype_name(dtype)} followed by {padded - numel:,} zeros of padding")
         if rec["out"] not in (None, "ok"):
             raise CheckFailed(f"{label}: gather_params(out=buffer) must all-gather into `buffer` and return it"
                               if rec["out"] == "ignored" else f"{label}: {rec['out']}")
@@ -239,7 +252,7 @@ def _synthetic_case(ZeroAdamW, numel: int, n: int, stage: int, dtype: torch.dtyp
         final, ref_final = rec["final"], want["final"]
         if not isinstance(final, torch.Tensor) or final.shape != ref_final.shape or final.dtype != ref_final.dtype:
             raise CheckFailed(f"{label}, rank {r}: after {steps} steps gather_params() should still give the padded "
-                              f"vector of {padded} elements in {dtype_name(dtype)}")
+                              f"vector of {padded:,} elements in {dtype_name(dtype)}")
         if dtype == torch.float32:
             bad = final != ref_final
         else:  # a rounding to the 16-bit dtype may differ by a unit in the last place
@@ -250,14 +263,15 @@ def _synthetic_case(ZeroAdamW, numel: int, n: int, stage: int, dtype: torch.dtyp
             i = int(bad.nonzero()[0])
             err = (final.double() - ref_final.double()).abs().max().item()
             if i >= numel:
-                raise CheckFailed(f"{label}, rank {r}: after {steps} steps the padding (elements {numel}..{padded - 1}"
-                                  f") holds {final[i].item():.4g} at element {i}; it must stay 0: pad the gradient "
+                raise CheckFailed(f"{label}, rank {r}: after {steps} steps the padding (elements {numel:,} to "
+                                  f"{padded - 1:,}) holds {final[i].item():.4g} at element {i:,}; it must stay 0: "
+                                  "pad the gradient "
                                   "with zeros")
             rule = ("must be bitwise equal in fp32: sum, then divide by world_size; torch.optim.AdamW(foreach=False) "
                     "over your shard" if dtype == torch.float32 else
                     "allowed: 2 units in the last place; update the fp32 master shard, then copy it into the "
                     f"{dtype_name(dtype)} parameters")
-            raise CheckFailed(f"{label}, rank {r}: after {steps} steps parameter {i} is {final[i].item():.8g}, "
+            raise CheckFailed(f"{label}, rank {r}: after {steps} steps parameter {i:,} is {final[i].item():.8g}, "
                               f"unsharded AdamW gives {ref_final[i].item():.8g} (max |diff| {err:.3g}; {rule}). "
                               f"Remember: {_stage_hint(stage)}")
 
@@ -313,8 +327,8 @@ def check_zero_adamw(ZeroAdamW, cases: str = "visible") -> None:
         want = wanted[n]
         got = reports[0].final
         if got.shape != want.shape:
-            raise CheckFailed(f"stage {stage}, {n} ranks: gather_params() gave {got.numel()} parameters after "
-                              f"slicing to the model's {want.numel()}: return the padded full vector")
+            raise CheckFailed(f"stage {stage}, {n} ranks: gather_params() gave {got.numel():,} parameters after "
+                              f"slicing to the model's {want.numel():,}: return the padded full vector")
         if not torch.equal(got, want):
             err = max_relative_error(got, want)
             raise CheckFailed(
@@ -348,7 +362,7 @@ def _memory_case(ZeroAdamW, n: int, stage: int, dtype: torch.dtype, cfg=TINY) ->
                         "params": " (in param_dtype)", "grads": " (in param_dtype)"}[key]
                 pad = (f"; {n} ranks do not divide {numel:,}: full buffers are padded to {n} x ceil({numel:,}/{n})"
                        if numel % n else "")
-                raise CheckFailed(f"{label}, rank {r}: buffers()[{key!r}] holds {got!r} bytes; expected "
+                raise CheckFailed(f"{label}, rank {r}: buffers()[{key!r}] holds {_count(got)} bytes; expected "
                                   f"{want[key]:,}{what}: {_stage_hint(stage)}{pad}")
         held = sum(rep.buffers.values())
         if rep.at_rest != held:
@@ -420,7 +434,8 @@ def check_zero_bytes_per_rank(zero_bytes_per_rank, cases: str = "visible") -> No
                 stage, gb = case.args
                 got = call_learner(zero_bytes_per_rank, stage, 7_500_000_000, 64)
                 if not isinstance(got, dict) or "total" not in got:
-                    raise CheckFailed(f"zero_bytes_per_rank({stage}, 7.5e9, 64) should return a dict with keys "
+                    raise CheckFailed(f"zero_bytes_per_rank(stage={stage}, numel=7,500,000,000, world_size=64) "
+                                      "should return a dict with keys "
                                       f"params, grads, optimizer, total; got {got!r}")
                 if round(got["total"] / 1e9, 1) != gb:
                     raise CheckFailed(f"ZeRO paper, stage {stage}, Ψ = 7.5B, N = 64 (default bytes 2, 2, 12): "
@@ -440,7 +455,7 @@ def check_zero_bytes_per_rank(zero_bytes_per_rank, cases: str = "visible") -> No
             for key in ("params", "grads", "optimizer", "total"):
                 if not isinstance(got, dict) or got.get(key) != want[key]:
                     have = got.get(key) if isinstance(got, dict) else got
-                    raise CheckFailed(f"{what}[{key!r}]: expected {want[key]:,} bytes, got {have!r} (shards are "
+                    raise CheckFailed(f"{what}[{key!r}]: expected {want[key]:,} bytes, got {_count(have)} (shards are "
                                       f"ceil(numel / world_size) elements; a full buffer is world_size shards, padding "
                                       "included)")
 
@@ -487,7 +502,7 @@ def check_comm_bytes_per_rank(comm_bytes_per_rank, cases: str = "visible") -> No
                 got = call_learner(comm_bytes_per_rank, stage, numel, n, 4, 4, what=what)
                 if got != counted:
                     raise CheckFailed(f"{what}: Comm counted {counted:,} bytes sent per rank per step (a step as "
-                                      f"train_ranks runs it), you returned {got!r}"
+                                      f"train_ranks runs it), you returned {_count(got)}"
                                       + (f" ({n} ranks do not divide {numel:,}: the shards are padded)"
                                          if numel % n else ""))
                 continue
@@ -498,7 +513,7 @@ def check_comm_bytes_per_rank(comm_bytes_per_rank, cases: str = "visible") -> No
             want = ref.comm_bytes_per_rank(*args)
             got = call_learner(comm_bytes_per_rank, *args, what=what)
             if got != want:
-                raise CheckFailed(f"{what}: expected {want:,}, got {got!r}")
+                raise CheckFailed(f"{what}: expected {want:,} bytes, got {_count(got)}")
 
 
 # ------------------------------------------------------------------------------------ zero_on_gloo
@@ -532,7 +547,7 @@ def check_zero_on_gloo(ZeroAdamW, zero_bytes_per_rank, cases: str = "visible") -
     simulated ranks that do not divide the parameter count, memory as predicted."""
     from memfit.dist import DistributedFailure
     from memfit.gpt import COURSE_CONFIGS
-    from memfit.zero import FlatModel, reference_training, run_distributed, single_rank, train_ranks
+    from memfit.zero import FlatModel, reference_training, run_distributed_stages, single_rank, train_ranks
     numel = FlatModel.of(COURSE_CONFIGS[TINY]).numel
     micro = _micro_config()
     small = _numel_of(micro)
@@ -560,14 +575,20 @@ def check_zero_on_gloo(ZeroAdamW, zero_bytes_per_rank, cases: str = "visible") -
                 raise CheckFailed(f"stage {stage}, {n} ranks, {small:,} parameters: a rank keeps {truth:,} bytes at "
                                   f"rest (measured alike), your zero_bytes_per_rank predicts {predicted:,} (shards "
                                   f"of ceil(numel / world_size), full buffers padded)")
-    for case in [c for c in plan if c.kind == "gloo"]:
-        stage, = case.args
+    gloo_stages = [c.args[0] for c in plan if c.kind == "gloo"]
+    for stage in gloo_stages:
         with given_references(ZeroAdamW, **_what_shard_bounds_is()):
             call_learner(ZeroAdamW, FlatModel.of(COURSE_CONFIGS[TINY]).initial(), single_rank(), stage)  # a stub
-        try:
-            ranks = run_distributed(ZeroAdamW, 2, stage, opt_args=OPT_ARGS, timeout_s=90)
-        except DistributedFailure as exc:
-            raise CheckFailed(f"stage {stage} on 2 gloo processes failed:\n{str(exc)[-1500:]}") from None
+    # every gloo stage in one launch of two processes (starting them costs more than training), one after another
+    try:
+        runs = run_distributed_stages(ZeroAdamW, 2, gloo_stages, opt_args=OPT_ARGS, timeout_s=90 * len(gloo_stages))
+    except DistributedFailure as exc:
+        where = ", ".join(map(str, gloo_stages))
+        raise CheckFailed(f"stage{'s' if len(gloo_stages) > 1 else ''} {where} on 2 gloo processes (in this order, "
+                          f"in the same processes) failed; the ranks' output names the stage:\n"
+                          f"{str(exc)[-1500:]}") from None
+    for stage in gloo_stages:
+        ranks = runs[stage]
         err = ranks[0]["max_rel_error"]
         if not err <= REL_TOL:
             raise CheckFailed(f"stage {stage} on 2 gloo processes: parameters differ from unsharded AdamW by "
@@ -586,7 +607,10 @@ def check_zero_on_gloo(ZeroAdamW, zero_bytes_per_rank, cases: str = "visible") -
 # ------------------------------------------------------------------------- deepspeed_zero3_estimate
 
 LLAMA8B_PARAMS, LLAMA8B_LARGEST = 8_030_261_248, 128_256 * 4096
-SEED_FIGURES = [  # the lecture's runs, as DeepSpeed prints them (GiB, two decimals)
+# What DeepSpeed's estimate_zero3_model_states_mem_needs_all_live prints for Llama-3.1-8B (Ψ above, largest layer the
+# 128,256 x 4,096 embedding) in the two settings of the lesson: 4 GPUs with the optimizer offloaded, 8 GPUs without
+# offload. DeepSpeed prints bytes / 2**30 with two decimals and labels them "GB"; these are those printed values.
+DEEPSPEED_ESTIMATOR_RUNS = [
     (dict(gpus_per_node=4, offload_params=False), "gpu", 5.70),
     (dict(gpus_per_node=4, offload_params=False), "cpu", 179.49),
     (dict(gpus_per_node=8, offload_optimizer=False, offload_params=False), "gpu", 18.78),
@@ -603,8 +627,8 @@ def _estimate_axes(total, kwargs) -> dict:
 
 
 def _plan_deepspeed() -> list[Case]:
-    plan = [Case("seed", (kwargs, which, gib), False, _estimate_axes(LLAMA8B_PARAMS, kwargs))
-            for kwargs, which, gib in SEED_FIGURES]
+    plan = [Case("printed", (kwargs, which, gib), False, _estimate_axes(LLAMA8B_PARAMS, kwargs))
+            for kwargs, which, gib in DEEPSPEED_ESTIMATOR_RUNS]
     # nodes are powers of two: 18/nodes and 18·(1/nodes) are then the same float (the text fixes no order)
     visible = [(1_000_001, 77, dict(gpus_per_node=1, nodes=4, zero_init=False)),
                (1_000_003, 77, dict(gpus_per_node=4, nodes=2, offload_params=False, buffer_factor=1.25)),
@@ -642,25 +666,27 @@ def check_deepspeed_estimate(estimate, cases: str = "visible") -> None:
                                what=f"deepspeed_zero3_estimate({total:,}, {largest:,}, {kw})",
                                why="(offloading the parameters needs the optimizer offloaded)")
             continue
-        if case.kind == "seed":
+        if case.kind == "printed":
             kwargs, which, gib = case.args
-            what = f"deepspeed_zero3_estimate(Llama-3.1-8B, {kwargs})"
+            what = f"deepspeed_zero3_estimate({LLAMA8B_PARAMS:,}, {LLAMA8B_LARGEST:,}, {kwargs}) (Llama-3.1-8B)"
             got = call_learner(estimate, LLAMA8B_PARAMS, LLAMA8B_LARGEST, what=what, **kwargs)
             if not (isinstance(got, tuple) and len(got) == 2):
-                raise CheckFailed(f"{what} should return (cpu_bytes, gpu_bytes), got {got!r}")
+                raise CheckFailed(f"{what} should return (cpu_bytes, gpu_bytes), got {_count(got)}")
             value = got[0 if which == "cpu" else 1]
-            if round(value / 2**30, 2) != gib:
-                raise CheckFailed(f"{what}: {which} memory should print as {gib} GiB (bytes / 2**30), got "
-                                  f"{value / 2**30:.2f}")
+            if not isinstance(value, (int, float)) or round(value / 2**30, 2) != gib:
+                shown = f"{value / 2**30:.2f}" if isinstance(value, (int, float)) else _count(value)
+                raise CheckFailed(f"{what}: {which} memory should print as {gib} GiB (bytes / 2**30, as DeepSpeed's "
+                                  f"estimator prints it), got {shown}")
             continue
         total, largest, kw = case.args
         what = f"deepspeed_zero3_estimate({total:,}, {largest:,}, {kw})"
         want = reference(total, largest, **kw)
         got = call_learner(estimate, total, largest, what=what, **kw)
         if not (isinstance(got, tuple) and len(got) == 2):
-            raise CheckFailed(f"{what} should return (cpu_bytes, gpu_bytes), got {got!r}")
+            raise CheckFailed(f"{what} should return (cpu_bytes, gpu_bytes), got {_count(got)}")
         if got != want or not all(isinstance(x, int) for x in got):
-            raise CheckFailed(f"{what}: expected (cpu, gpu) = {want} bytes, got {got!r} (products truncated to whole "
+            raise CheckFailed(f"{what}: expected (cpu, gpu) = {_count(want)} bytes, got {_count(got)} (products "
+                              "truncated to whole "
                               "bytes with int(), as DeepSpeed does)")
 
 
@@ -712,7 +738,7 @@ def check_prefetch_timeline(prefetch_timeline, cases: str = "visible") -> None:
     for case in _select(_plan_prefetch(), cases):
         compute, gather, sizes, k = case.args
         what = f"prefetch_timeline(compute_ms={_short(compute)}, gather_ms={_short(gather)}, " \
-               f"unit_bytes={sizes}, prefetch={k})"
+               f"unit_bytes={_short(sizes)}, prefetch={k})"
         if case.kind == "invalid":
             expect_value_error(prefetch_timeline, list(compute), list(gather), list(sizes), k, what=what,
                                why=f"({case.axes['invalid']})")
@@ -736,8 +762,8 @@ def check_prefetch_timeline(prefetch_timeline, cases: str = "visible") -> None:
 
 def _short(x):
     if isinstance(x, (list, tuple)):
-        return "[" + ", ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in x) + "]"
-    return f"{x:.6g}" if isinstance(x, float) else repr(x)
+        return "[" + ", ".join(f"{v:.3g}" if isinstance(v, float) else _count(v) for v in x) + "]"
+    return f"{x:.6g}" if isinstance(x, float) else _count(x)
 
 
 # ------------------------------------------------------------------------------------------ the axes

@@ -23,7 +23,8 @@ CODE_BYTES = {"q8_0": QK, "q4_0": QK // 2}  # bytes of codes per block
 class Quantized:
     """A tensor in a block format: `data` the codes (int8, (blocks, 32) for Q8_0; uint8, (blocks, 16) for Q4_0:
     byte j holds value j in its low 4 bits and value j + 16 in its high 4), `scales` one fp16 scale per block,
-    `shape` and `dtype` those of the original tensor."""
+    `shape` and `dtype` those of the original tensor. GGUF stores each block's scale beside its codes:
+    gguf_bytes(qt)."""
     format: str
     data: torch.Tensor
     scales: torch.Tensor
@@ -71,16 +72,32 @@ def check_quantized(qt, fmt: str) -> None:
 
 @triton.jit
 def round_half_away(v):
-    """Round to the nearest integer, halves away from zero (C's roundf, as llama.cpp uses)."""
-    return tl.where(v >= 0, tl.floor(v + 0.5), -tl.floor(0.5 - v))
+    """C's roundf, as llama.cpp uses: the nearest integer, halves away from zero, exact for every fp32 v.
+    (floor(v + 0.5) is not: v + 0.5 is rounded to fp32 first, and 0.5 - 2^-25 would become 1.)"""
+    a = tl.abs(v)
+    whole = tl.floor(a)
+    r = tl.where(a - whole >= 0.5, whole + 1.0, whole)  # a - whole is exact in fp32
+    return tl.where(v < 0, -r, r)
+
+
+# llama.cpp's reference quantizers round every fp32 product and sum on its own. Triton on a GPU would fuse
+# x * id + 8.5 into one fma (a single rounding): the block kernels are compiled without that fusion.
+BLOCK_LAUNCH_OPTIONS = {"enable_fp_fusion": False}
 
 
 def launch_blocks(kernel, blocks: int, *args) -> None:
     """Launch a block-format kernel over `blocks` blocks of 32: memfit.hardware's "quant_blocks" config gives
-    BLOCKS (blocks per program) and num_warps."""
+    BLOCKS (blocks per program) and num_warps; BLOCK_LAUNCH_OPTIONS keeps fp32 arithmetic unfused."""
     if blocks:
         cfg = _config("quant_blocks")
-        kernel[(triton.cdiv(blocks, cfg["BLOCKS"]),)](*args, **cfg)
+        kernel[(triton.cdiv(blocks, cfg["BLOCKS"]),)](*args, **cfg, **BLOCK_LAUNCH_OPTIONS)
+
+
+def gguf_bytes(qt) -> torch.Tensor:
+    """The blocks of a Quantized as a GGUF file stores them, uint8 of shape (blocks, 34) for Q8_0 or (blocks, 18)
+    for Q4_0: each block's fp16 scale (2 bytes, little-endian) followed by its codes."""
+    scale_bytes = qt.scales.contiguous().view(torch.uint8).view(-1, 2)
+    return torch.cat([scale_bytes, qt.data.view(torch.uint8)], dim=1)
 
 
 def empty_quantized(x: torch.Tensor, fmt: str) -> Quantized:
@@ -93,17 +110,16 @@ def empty_quantized(x: torch.Tensor, fmt: str) -> Quantized:
 
 @triton.jit
 def q8_0_quantize_kernel(x_ptr, data_ptr, scale_ptr, n, n_blocks, BLOCKS: tl.constexpr):
-    """Quantize BLOCKS blocks of 32 values: codes int8, one fp16 scale per block."""
+    """Quantize BLOCKS blocks of 32 values as llama.cpp does: int8 codes, one fp16 scale per block."""
     rows = tl.program_id(0) * BLOCKS + tl.arange(0, BLOCKS)
     offs = rows.to(tl.int64)[:, None] * 32 + tl.arange(0, 32)[None, :]
     x = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
-    d = (tl.max(tl.abs(x), axis=1) / 127).to(tl.float16)  # the scale as stored ...
-    d32 = d.to(tl.float32)
-    inverse = tl.where(d32 > 0, 1.0 / tl.where(d32 > 0, d32, 1.0), 0.0)  # ... is the one the codes use
-    q = tl.minimum(tl.maximum(round_half_away(x * inverse[:, None]), -127.0), 127.0)
+    d = tl.math.div_rn(tl.max(tl.abs(x), axis=1), 127.0)  # the scale in fp32, correctly rounded ...
+    inverse = tl.where(d > 0, tl.math.div_rn(1.0, tl.where(d > 0, d, 1.0)), 0.0)
+    q = round_half_away(x * inverse[:, None])  # ... makes the codes (|x · id| <= 127: nothing to clamp) ...
     live = rows < n_blocks
     tl.store(data_ptr + offs, q.to(tl.int8), mask=live[:, None])
-    tl.store(scale_ptr + rows, d, mask=live)
+    tl.store(scale_ptr + rows, d.to(tl.float16), mask=live)  # ... and is stored in fp16
 
 
 @triton.jit
@@ -136,23 +152,29 @@ def dequantize_q8_0(qt: Quantized) -> torch.Tensor:
 
 @triton.jit
 def q4_0_quantize_kernel(x_ptr, data_ptr, scale_ptr, n, n_blocks, BLOCKS: tl.constexpr):
-    """Quantize BLOCKS blocks of 32 values to 4-bit codes, two per byte, and a signed fp16 scale per block."""
+    """Quantize BLOCKS blocks of 32 values as llama.cpp does: 4-bit codes, two per byte, a signed fp16 scale."""
     rows = tl.program_id(0) * BLOCKS + tl.arange(0, BLOCKS)
     half = tl.arange(0, 16)
     low_offs = rows.to(tl.int64)[:, None] * 32 + half[None, :]
     low = tl.load(x_ptr + low_offs, mask=low_offs < n, other=0.0).to(tl.float32)
     high = tl.load(x_ptr + low_offs + 16, mask=low_offs + 16 < n, other=0.0).to(tl.float32)
-    top = tl.maximum(tl.max(low, axis=1), tl.max(high, axis=1))
-    bottom = tl.minimum(tl.min(low, axis=1), tl.min(high, axis=1))
-    extreme = tl.where(top >= -bottom, top, bottom)  # the value of largest magnitude, with its sign
-    d = (extreme / -8).to(tl.float16)
-    d32 = d.to(tl.float32)
-    inverse = tl.where(d32 != 0, 1.0 / tl.where(d32 != 0, d32, 1.0), 0.0)[:, None]
+    amax = tl.maximum(tl.max(tl.abs(low), axis=1), tl.max(tl.abs(high), axis=1))
+    top = amax[:, None]
+    # m: the first value of the block (j = 0 .. 31) whose magnitude is amax, with its sign
+    first_plus = tl.minimum(tl.min(tl.where(low == top, half[None, :], 32), axis=1),
+                            tl.min(tl.where(high == top, half[None, :] + 16, 32), axis=1))
+    first_minus = tl.minimum(tl.min(tl.where(low == -top, half[None, :], 32), axis=1),
+                             tl.min(tl.where(high == -top, half[None, :] + 16, 32), axis=1))
+    m = tl.where(first_plus <= first_minus, amax, -amax)
+    d = tl.math.div_rn(m, -8.0)
+    inverse = tl.where(d != 0, tl.math.div_rn(1.0, tl.where(d != 0, d, 1.0)), 0.0)[:, None]
+    # x · id rounded to fp32, then + 8.5 rounded to fp32 (launch_blocks forbids the fused fma); the sum is
+    # positive, so floor is C's truncation
     q_low = tl.minimum(tl.floor(low * inverse + 8.5), 15.0).to(tl.uint8)
     q_high = tl.minimum(tl.floor(high * inverse + 8.5), 15.0).to(tl.uint8)
     live = rows < n_blocks
     tl.store(data_ptr + rows.to(tl.int64)[:, None] * 16 + half[None, :], q_low | (q_high << 4), mask=live[:, None])
-    tl.store(scale_ptr + rows, d, mask=live)
+    tl.store(scale_ptr + rows, d.to(tl.float16), mask=live)
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Lesson 02's deck: the seeds' activation numbers recomputed, what autograd keeps in a block of the course GPT
+"""Lesson 02's deck: Korthikanti et al.'s activation numbers recomputed, what autograd keeps in a block of the course GPT
 (measured here on the tiny model), the per-layer formula against Korthikanti's, the walk of a training step and
 its predicted peak, the recorded H200 run (predictor against the CUDA allocator, recomputation's time), the
 micro-batch and accumulation arithmetic, and the lecture's 8B/70B/405B chart drawn by the lesson's predictor."""
@@ -54,7 +54,7 @@ def _tiny() -> dict:
 # ------------------------------------------------------------------------------------------------ computed
 
 def _korthikanti(cfg, batch: int, seq: int) -> int:
-    """Korthikanti et al.'s bytes per GPT-3 layer in fp16 with dropout (the seeds' 13bsh + 5bs²a + 21bsh)."""
+    """Korthikanti et al.'s bytes per GPT-3 layer in fp16 with dropout (13bsh + 5bs²a + 21bsh)."""
     return 34 * seq * batch * cfg.d_model + 5 * cfg.n_heads * seq * seq * batch
 
 
@@ -105,7 +105,7 @@ def facts() -> dict[str, str]:
     big = LLAMA_3_1_8B
     h, L = big.d_model, big.n_layers
 
-    # The seeds, recomputed.
+    # The paper's counts, recomputed.
     n8 = count_params(big)
     states8 = sum(state_bytes(n8, "amp", "adamw").values())
     f["states_8b"] = gb(states8)

@@ -8,7 +8,6 @@ import contextlib
 import functools
 import io
 import json
-import re
 import warnings
 from pathlib import Path
 
@@ -16,11 +15,13 @@ import matplotlib.patches as patches
 
 from slides.figures import COLORS, figure, gb, gib, lesson, markdown_table, measured_on, record, source
 
+V100_BYTES = 32e9  # a V100 of 32 GB (NVIDIA's datasheet): the card of the lesson's offload example
+
 LESSON = "03_zero"
 NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / f"{LESSON}.ipynb"
-# The seeds' settings, as the lesson uses them: data parallelism over 8 GPUs of a nominal 80 GB (seed 002's chart),
-# and the ZeRO paper's example (Rajbhandari et al., Figure 1): 7.5B parameters on 64 GPUs.
-NOTES_DP, CARD_BYTES = 8, 80e9
+# The lesson's settings: data parallelism over one node of 8 GPUs of a nominal 80 GB (an H100 node), and the ZeRO
+# paper's example (Rajbhandari et al., 2020, Figure 1): 7.5B parameters on 64 GPUs.
+DP_GPUS, CARD_BYTES = 8, 80e9
 PAPER_PSI, PAPER_N = 7_500_000_000, 64
 SIM_RANKS, SIM_STEPS = 4, 2  # the simulated demo: 4 ranks as the lesson's; 2 steps (the checks' number) for speed
 STAGE_NAMES = ["DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"]
@@ -94,22 +95,6 @@ def _demos() -> dict:
     return ns
 
 
-@functools.cache
-def _notes_runs() -> list[dict]:
-    """The notes' two DeepSpeed runs of Llama-3.1-8B, as the lesson's table quotes them (seed 002)."""
-    text = _cell("DeepSpeed's estimate | seen | time per step", kind="markdown")
-    rows = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and "V100" in cells[0]:
-            rows.append(dict(run=cells[0], estimate=cells[1], seen=cells[2], time=cells[3],
-                             seconds=float(re.match(r"([\d.]+) s", cells[3]).group(1))))
-    if len(rows) != 2:
-        raise RuntimeError(f"{NOTEBOOK.name}: expected the notes' two DeepSpeed runs in the offload table")
-    offload, plain = sorted(rows, key=lambda r: "no offload" in r["run"])
-    return [offload, plain]
-
-
 # --------------------------------------------------------------------------------------- the computations
 
 @functools.cache
@@ -175,7 +160,7 @@ def _short_engine(row: dict) -> str:
 
 
 def facts() -> dict[str, str]:
-    from autograder.checks.zero import CHECKS, PAPER, REL_TOL, SEED_FIGURES
+    from autograder.checks.zero import CHECKS, DEEPSPEED_ESTIMATOR_RUNS, PAPER, REL_TOL
     from memfit.meter import format_bytes
     from memfit.zero import engine_peak_bytes
     ref = _ref()
@@ -189,15 +174,11 @@ def facts() -> dict[str, str]:
     out["n8b"] = f"{n8b:,}"
     out["states_8b"] = gb(dp["total"])
     out["bytes_per_param"] = f"{dp['total'] / n8b:g}"
-    out["notes_dp"] = str(NOTES_DP)
+    out["dp_gpus"] = str(DP_GPUS)
     out["card"] = gb(CARD_BYTES, 0)
-    out["dp_copies"] = gb(NOTES_DP * dp["total"], 0)
-    out["cluster_total"] = gb(NOTES_DP * CARD_BYTES, 0)
-    offload, plain = _notes_runs()
-    out["notes_offload_time"], out["notes_plain_time"] = offload["time"], plain["time"]
-    out["notes_offload_run"], out["notes_plain_run"] = offload["run"], plain["run"]
-    out["notes_slowdown"] = f"{offload['seconds'] / plain['seconds']:.0f}"
-    stages8 = [ref.zero_bytes_per_rank(s, n8b, NOTES_DP)["total"] for s in range(4)]
+    out["dp_copies"] = gb(DP_GPUS * dp["total"], 0)
+    out["cluster_total"] = gb(DP_GPUS * CARD_BYTES, 0)
+    stages8 = [ref.zero_bytes_per_rank(s, n8b, DP_GPUS)["total"] for s in range(4)]
     out["stage8_z1"], out["stage8_z2"], out["stage8_z3"] = (gb(t) for t in stages8[1:])
     out["stage8_fits"] = ", ".join(STAGE_NAMES[s] for s in range(4) if stages8[s] < CARD_BYTES)
     out["stage8_room_z3"] = gb(CARD_BYTES - stages8[3])
@@ -205,7 +186,7 @@ def facts() -> dict[str, str]:
     # exercise 1: shards
     lo, hi = ref.shard_bounds(10, 4, 3)
     out["shard_example"] = f"`shard_bounds(10, 4, 3)` = `({lo}, {hi})`"
-    lo8, hi8 = ref.shard_bounds(n8b, NOTES_DP, NOTES_DP - 1)
+    lo8, hi8 = ref.shard_bounds(n8b, DP_GPUS, DP_GPUS - 1)
     out["shard_8b"] = f"{hi8 - lo8:,}"
     out["pad_8b"] = f"{hi8 - n8b:,}"
 
@@ -241,7 +222,7 @@ def facts() -> dict[str, str]:
     out["paper_n"] = str(PAPER_N)
 
     # exercise 4: communication
-    comm8 = [ref.comm_bytes_per_rank(s, n8b, NOTES_DP) for s in range(4)]
+    comm8 = [ref.comm_bytes_per_rank(s, n8b, DP_GPUS) for s in range(4)]
     out["comm8_dp"], out["comm8_z3"] = gb(comm8[0]), gb(comm8[3])
     out["comm8_ratio"] = f"{comm8[3] / comm8[0]:.1f}"
 
@@ -294,35 +275,38 @@ def facts() -> dict[str, str]:
     if largest != LLAMA_3_1_8B.vocab_size * LLAMA_3_1_8B.d_model:
         raise RuntimeError("the deck says Llama-3.1-8B's largest layer is its embedding: it no longer is")
     out["largest_shape"] = f"{LLAMA_3_1_8B.vocab_size:,} × {LLAMA_3_1_8B.d_model:,}"
-    estimates = []
-    for kwargs, which, printed in SEED_FIGURES:
+    settings = [("8 GPUs, no offload", 8, dict(offload_optimizer=False, offload_params=False)),
+                ("4 GPUs, no offload", 4, dict(offload_optimizer=False, offload_params=False)),
+                ("4 GPUs, optimizer on the CPU", 4, dict(offload_params=False))]
+    rows = []
+    for label, gpus, kwargs in settings:
+        cpu, gpu = ref.deepspeed_zero3_estimate(n8b, largest, gpus_per_node=gpus, **kwargs)
+        rows.append([label, gib(gpu, 2), gib(cpu, 2) if kwargs.get("offload_optimizer", True) else "–",
+                     "yes" if gpu < V100_BYTES else "**no**"])
+    out["ds_table"] = markdown_table(["one node of V100s", "per GPU", "per CPU", f"fits {gb(V100_BYTES, 0)}"], rows)
+    for kwargs, which, printed in DEEPSPEED_ESTIMATOR_RUNS:  # the check's printed values, from the same code
         cpu, gpu = ref.deepspeed_zero3_estimate(n8b, largest, **kwargs)
-        estimates.append(cpu if which == "cpu" else gpu)
-    out["ds_off_gpu"], out["ds_off_gpu_gb"] = gib(estimates[0], 2), gb(estimates[0], 2)
-    def short(run: str) -> str:
-        return run.replace(", ZeRO-3", "").replace(" offloaded to CPU", " on CPU")
+        if round((cpu if which == "cpu" else gpu) / 2**30, 2) != printed:
+            raise RuntimeError(f"the lesson's estimator no longer prints DeepSpeed's {printed} GiB for {kwargs}")
+    _, off_gpu = ref.deepspeed_zero3_estimate(n8b, largest, gpus_per_node=4, offload_params=False)
+    out["ds_off_gpu"], out["ds_off_gpu_gb"] = gib(off_gpu, 2), gb(off_gpu, 2)
 
-    out["ds_table"] = markdown_table(
-        ["the notes' run", "DeepSpeed said", "our estimator", "seen", "step"],
-        [[short(offload["run"]), offload["estimate"].replace(" per GPU", " GPU"),
-          f"{gib(estimates[0], 2)} GPU, {gib(estimates[1], 2)} CPU", offload["seen"].replace(" per GPU", ""),
-          offload["time"]],
-         [short(plain["run"]), plain["estimate"].replace(" per GPU", " GPU"), f"{gib(estimates[2], 2)} GPU",
-          plain["seen"].replace(" per GPU", ""), plain["time"]]])
-
-    # the offload cost model
-    gpu_s, transfer, implied, measured = ns["gpu_s"], ns["transfer"], ns["implied"], ns["measured"]
-    cpu_s = n8b / implied
-    if abs(gpu_s + transfer + cpu_s - offload["seconds"]) > 1e-6:
-        raise RuntimeError("the lesson's offload demo no longer adds up to the notes' step time")
-    out["off_gpu"], out["off_pcie"], out["off_cpu"] = (f"{v:.1f} s" for v in (gpu_s, transfer, cpu_s))
-    out["off_implied"] = f"{implied / 1e6:.0f} M"
-    out["off_pcie_bw"] = f"{ns['pcie'] / 1e9:.0f} GB/s"
-    out["off_cpu_share"] = f"{100 * cpu_s / offload['seconds']:.0f}%"
-    out["off_traffic"] = gb(30 * n8b, 0)  # the lesson's "about 30 bytes each" read and written by CPU AdamW
+    # the offload cost model, as the lesson's demo cell computes it
+    gpu8, gpu4, transfer = ns["gpu_seconds"](8), ns["gpu_s"], ns["transfer"]
+    measured, recorded, pcie = ns["measured"], ns["recorded"], ns["pcie"]
+    out["off_gpu8"], out["off_gpu"], out["off_pcie"] = (f"{v:.1f} s" for v in (gpu8, gpu4, transfer))
+    out["off_pcie_bw"] = f"{pcie / 1e9:.0f} GB/s"
+    out["off_tokens"] = f"{ns['tokens']:,}"
+    out["off_flops"] = f"{ns['gpu_flops'] / 1e12:.0f} TFLOP/s"
+    out["off_rate"] = f"{recorded / 1e6:,.0f} M"
+    out["off_cpu"] = f"{n8b / recorded:.1f} s"
+    out["off_step"] = f"{ns['offload_step_seconds'](n8b, 4, gpu4, pcie, recorded):.1f} s"
+    out["off_ratio"] = f"{ns['offload_step_seconds'](n8b, 4, gpu4, pcie, recorded) / gpu8:.1f}"
+    out["off_break_even"] = f"{n8b / gpu4 / 1e6:,.0f} M"
+    out["off_traffic"] = gb(ns["traffic"], 0)
     out["here_adamw"] = f"{measured / 1e6:,.0f} M"
-    # the demo's own call: the offloaded run's 4 GPUs, at this machine's CPU AdamW rate
-    out["here_step"] = f"{ns['offload_step_seconds'](n8b, 4, gpu_s, ns['pcie'], measured):.0f} s"
+    out["here_step"] = f"{ns['offload_step_seconds'](n8b, 4, gpu4, pcie, measured):.0f} s"
+    out["here_cpu"] = f"{n8b / measured:.0f} s"
     out["here_where"] = measured_on()
 
     # exercise 7: prefetch
@@ -341,7 +325,7 @@ def facts() -> dict[str, str]:
     out["rel_tol"] = f"{REL_TOL:g}"
     points = {c.name: f"{c.points:g}" for c in CHECKS}
     out.update({f"pts_{name}": p for name, p in points.items()})
-    out["seed_gib"] = " / ".join(f"{v:.2f}" for _, _, v in SEED_FIGURES)
+    out["ds_printed_gib"] = " / ".join(f"{v:.2f}" for _, _, v in DEEPSPEED_ESTIMATOR_RUNS)
     out["paper_gb"] = " / ".join(f"{v}" for _, v in PAPER)
     return out
 
@@ -349,13 +333,13 @@ def facts() -> dict[str, str]:
 # ------------------------------------------------------------------------------------------------- figures
 
 def fig_stages_8b():
-    """Llama-3.1-8B's model states per GPU, DP and ZeRO-1/2/3 on the notes' 8 GPUs, against an 80 GB card."""
+    """Llama-3.1-8B's model states per GPU, DP and ZeRO-1/2/3 on 8 GPUs, against an 80 GB card."""
     ref, n8b = _ref(), _n8b()
     fig, ax = figure(figsize=(6.4, 5.4))
     bottoms = [0.0] * 4
     for key, label in (("params", "parameters (bf16)"), ("grads", "gradients (bf16)"),
                        ("optimizer", "optimizer (fp32 master, m, v)")):
-        vals = [ref.zero_bytes_per_rank(s, n8b, NOTES_DP)[key] / 1e9 for s in range(4)]
+        vals = [ref.zero_bytes_per_rank(s, n8b, DP_GPUS)[key] / 1e9 for s in range(4)]
         ax.bar(STAGE_NAMES, vals, bottom=bottoms, color=COLORS[key], label=label, width=0.62)
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     for i, total in enumerate(bottoms):
@@ -365,7 +349,7 @@ def fig_stages_8b():
             ha="right", va="bottom", fontsize=15)
     ax.set_ylabel("GB per GPU (model states)")
     ax.set_ylim(0, max(bottoms) * 1.12)
-    ax.set_title(f"Llama-3.1-8B, mixed precision, N = {NOTES_DP}")
+    ax.set_title(f"Llama-3.1-8B, mixed precision, N = {DP_GPUS}")
     ax.legend(loc="upper right", bbox_to_anchor=(1.02, 0.99), frameon=False, fontsize=13)
     ax.grid(axis="x", visible=False)
     return fig
@@ -491,7 +475,7 @@ def fig_mem_vs_comm():
     """The lesson's chart: Llama-3.1-8B's states per rank against the bytes a rank sends per step, N = 8 and 64."""
     ref, n8b = _ref(), _n8b()
     fig, ax = figure(figsize=(6.4, 5.4))
-    for n, marker, color, side in ((NOTES_DP, "o", COLORS["params"], -1), (PAPER_N, "s", COLORS["grads"], 1)):
+    for n, marker, color, side in ((DP_GPUS, "o", COLORS["params"], -1), (PAPER_N, "s", COLORS["grads"], 1)):
         mem = [ref.zero_bytes_per_rank(s, n8b, n)["total"] / 1e9 for s in range(4)]
         comm = [ref.comm_bytes_per_rank(s, n8b, n) / 1e9 for s in range(4)]
         ax.plot(comm, mem, marker=marker, ms=9, lw=2, color=color, label=f"N = {n}")
@@ -538,27 +522,28 @@ def fig_measured():
 
 
 def fig_offload_time():
-    """The notes' two step times, the offloaded one split by the lesson's cost model."""
+    """The lesson's cost model: a step on 8 V100s without offload, and on 4 with the optimizer on the CPU, split into
+    GPU compute, PCIe and CPU AdamW at the course's recorded 32-core rate."""
     ns, n8b = _demos(), _n8b()
-    offload, plain = _notes_runs()
-    gpu_s, transfer = ns["gpu_s"], ns["transfer"]
-    cpu_s = n8b / ns["implied"]
+    gpu8, gpu4, transfer = ns["gpu_seconds"](8), ns["gpu_s"], ns["transfer"]
+    cpu_s = n8b / ns["recorded"]
     fig, ax = figure(figsize=(10, 3.6))
-    ax.barh([1], [plain["seconds"]], color=COLORS["params"], height=0.55)
-    ax.text(plain["seconds"] + 0.8, 1, f"{plain['seconds']:g} s: GPU compute", va="center", fontsize=14)
+    ax.barh([1], [gpu8], color=COLORS["params"], height=0.55)
+    ax.text(gpu8 + 0.2, 1, f"{gpu8:.1f} s: GPU compute", va="center", fontsize=14)
     left = 0.0
-    for value, color, label in ((gpu_s, COLORS["params"], "GPU"), (transfer, COLORS["grads"], "PCIe"),
+    for value, color, label in ((gpu4, COLORS["params"], "GPU"), (transfer, COLORS["grads"], "PCIe"),
                                 (cpu_s, COLORS["optimizer"], "CPU AdamW")):
         ax.barh([0], [value], left=left, color=color, height=0.55)
-        if value > 5:
+        if value > 2:
             ax.text(left + value / 2, 0, f"{label} {value:.1f} s", ha="center", va="center", color="white",
                     fontsize=14)
         else:
-            ax.annotate(f"{label} {value:.1f} s", (left + value / 2, 0.28), xytext=(left + value / 2 + 3, 0.55),
+            ax.annotate(f"{label} {value:.1f} s", (left + value / 2, 0.28), xytext=(left + value / 2 + 0.5, 0.6),
                         fontsize=13, arrowprops=dict(arrowstyle="-", color="#555555"))
         left += value
     ax.set_yticks([0, 1], ["4 × V100\noptimizer on CPU", "8 × V100\nno offload"])
-    ax.set_xlabel("seconds per step (the notes' runs; split by the lesson's cost model)")
+    ax.set_xlabel(f"seconds per step (the lesson's cost model; CPU AdamW at {ns['recorded'] / 1e6:,.0f} M parameters/s)")
+    ax.set_xlim(0, left * 1.08)
     ax.set_ylim(-0.5, 1.6)
     ax.grid(axis="y", visible=False)
     return fig

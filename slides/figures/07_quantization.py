@@ -1,6 +1,7 @@
-"""Lesson 07's deck: the 8B model in fp16, Q8_0 and Q4_0 (the seeds' "8 GB", recounted), per-tensor against
-per-block scales and Q4_0's levels on blocks the lesson's own kernels quantize, the lesson's error table (its H100
-run), a rotation before quantizing (the seeds' SpinQuant) measured with the lesson's kernels, the fused int8
+"""Lesson 07's deck: the 8B model in fp16, Q8_0 and Q4_0 (the usual "8 GB" estimate, recounted), per-tensor against
+per-block scales, Q4_0's levels and the share of blocks whose codes would change if made with the fp16 scale, on
+blocks the lesson's own kernels quantize, the lesson's error table (its H100 run), a rotation before quantizing (the
+idea of SpinQuant, arXiv 2405.16406) measured with the lesson's kernels, the fused int8
 matmul and the block kernels on the H100 record, 8-bit AdamW states: the bytes (lesson 01's state_bytes), the
 dynamic code, the states measured on the course-tiny GPT, convergence (the CPU record) and the H100 step."""
 from __future__ import annotations
@@ -86,6 +87,20 @@ def _q4_demo() -> dict:
     d = float(qt.scales[0])
     return {"x": x, "x_hat": x_hat, "d": d, "err": (x_hat - x).abs(), "q8_err": (q8 - x).abs(),
             "d8": float(ref.quantize_q8_0(x).scales[0])}
+
+
+@functools.cache
+def _fp16_first_share() -> float:
+    """The share of 1,024 Gaussian blocks whose Q8_0 codes (the lesson's kernel: llama.cpp's, from the fp32 scale)
+    differ from codes made with the fp16-rounded scale (roundf(x · (1 / fp16(d))))."""
+    import torch
+    ref = _ref()
+    x = torch.randn(1024, ref.QK, generator=torch.Generator().manual_seed(5)) * 0.02
+    d16 = (x.abs().amax(dim=1, keepdim=True) / 127).half().float()
+    v = x * (1 / d16)
+    a = v.abs()
+    fp16_first = torch.sign(v) * torch.where(a - a.floor() >= 0.5, a.floor() + 1, a.floor())
+    return float((fp16_first != ref.quantize_q8_0(x).data.float()).any(dim=1).float().mean())
 
 
 # ---------------------------------------------------------------------------------- the lesson's H100 log
@@ -255,7 +270,7 @@ def facts() -> dict[str, str]:
     s = _sizes()
     n, b, t4 = s["n"], s["bytes"], s["t4"]
     bits = _bits()
-    f.update(n_8b=f"{n:,}", n_8b_b=f"{n / 1e9:.0f}B", seed_gb=f"{n / GB:.0f} GB",
+    f.update(n_8b=f"{n:,}", n_8b_b=f"{n / 1e9:.0f}B", estimate_gb=f"{n / GB:.0f} GB",
              q8_bits=f"{bits['Q8_0']:g}", q4_bits=f"{bits['Q4_0']:g}",
              q8_gb=f"{b['Q8_0'] / GB:.2f} GB", q8_gib=gib(b["Q8_0"], 2), q4_gb=f"{b['Q4_0'] / GB:.2f} GB",
              fp16_gb=f"{b['fp16'] / GB:.2f} GB", fp16_t4=f"{b['fp16'] / t4:.0%}", q8_t4=f"{b['Q8_0'] / t4:.0%}",
@@ -269,6 +284,7 @@ def facts() -> dict[str, str]:
              zero_block=str(o["zero_block"]))
     blocks_cfg = KERNEL_CONFIGS["quant_blocks"]
     f.update(blocks_cpu=str(blocks_cfg["cpu"]["BLOCKS"]), blocks_gpu=str(blocks_cfg["gpu"]["BLOCKS"]))
+    f["fp16_first_share"] = _pct(_fp16_first_share(), 0)
     q4 = _q4_demo()
     f.update(q4_max_err=f"{float(q4['err'].max()) / q4['d']:.2f}", q8_max_err=f"{float(q4['q8_err'].max()) / q4['d8']:.2f}")
 
@@ -377,7 +393,8 @@ def facts() -> dict[str, str]:
     c = _convergence()
     f.update(conv_source=c["source"], conv_floor=f"{c['floor']:.2f}",
              conv_gap=f"{max(abs(r[4]) for r in c['rows']):.2f}%", conv_margin=f"{CONVERGENCE['margin']:.0%}",
-             conv_steps=str(CONVERGENCE["steps"]), conv_window=str(CONVERGENCE["window"]),
+             conv_steps=str(CONVERGENCE["steps"]), conv_visible=str(CONVERGENCE["visible_steps"]),
+             conv_window=str(CONVERGENCE["window"]),
              conv_lr=f"{CONVERGENCE['lr']:g}", conv_last=f"{c['rows'][-1][2]:.2f}",
              log_vocab=f"{math.log(2048):.1f}")
 
@@ -397,8 +414,10 @@ def facts() -> dict[str, str]:
     f["opt_saved"] = f"{opt[0]['step_peak_mib'] - opt[1]['step_peak_mib']:,.0f} MiB"
 
     # --- grading
-    what = {"q8_0": "round trip ≤ d/2; scales = fp16(absmax/127); zeros, ragged n; fp32/fp16/bf16; no PyTorch math",
-            "q4_0": "round trip ≤ \\|d\\|; scales = fp16(m/−8); nibble layout decoded by the check",
+    what = {"q8_0": "llama.cpp's bytes: every scale and code exact (halves, near halves, tiny values); round trip "
+                    "bound; zeros, ragged n; fp32/fp16/bf16; no PyTorch math",
+            "q4_0": "llama.cpp's bytes: signed scale, the tie rule, every code exact; nibble layout decoded by the "
+                    "check",
             "int8_matmul": "vs x·Ŵᵀ, tolerance by the course's rule; ragged M, N, K; bad input raises",
             "int8_matmul_memory": "no tensor half the size of Ŵ during the call",
             "blockwise": "nearest level of the code; fp32 absmax per 256; zero blocks",
@@ -437,8 +456,10 @@ def facts() -> dict[str, str]:
     sb = (1 + 4 / ref.STATE_BLOCK) * 8
     f["summary_table"] = markdown_table(["", "bits / value", "scale", "error bound", "for"], [
         ["int8 per tensor", "8", "fp32 per tensor", "d/2, d set by the outlier", "(what not to do)"],
-        ["Q8_0", f"{bits['Q8_0']:g}", f"fp16 per {ref.QK}", "d/2", f"weights: 8B in {b['Q8_0'] / GB:.1f} GB"],
-        ["Q4_0", f"{bits['Q4_0']:g}", f"signed fp16 per {ref.QK}", "\\|d\\|", f"weights: 8B in {b['Q4_0'] / GB:.1f} GB"],
+        ["Q8_0", f"{bits['Q8_0']:g}", f"fp16 per {ref.QK}", "d/2 + 127·\\|d − d̂\\|",
+         f"weights: 8B in {b['Q8_0'] / GB:.1f} GB"],
+        ["Q4_0", f"{bits['Q4_0']:g}", f"signed fp16 per {ref.QK}", "\\|d\\| + 8·\\|d − d̂\\|",
+         f"weights: 8B in {b['Q4_0'] / GB:.1f} GB"],
         ["8-bit dynamic", f"{sb:g}", f"fp32 per {ref.STATE_BLOCK}", "half a gap between levels",
          f"m, v: {sum(base.values()) / n8:.0f} → {sum(eight.values()) / n8:.0f} B/param"]])
     return f
@@ -506,7 +527,8 @@ def fig_scales():
 
 @styled
 def fig_layouts():
-    """The bytes of one block: Q8_0 (32 int8 codes + an fp16 scale) and Q4_0 (16 bytes of two nibbles + scale)."""
+    """The bytes of one block as GGUF stores it: Q8_0 (an fp16 scale, then 32 int8 codes) and Q4_0 (the scale, then
+    16 bytes of two nibbles), byte 0 on the left."""
     ref = _ref()
     fig, ax = figure(figsize=(13.5, 3.0))
     ax.axis("off")
@@ -516,29 +538,30 @@ def fig_layouts():
     def rect(x, y, w, color):
         ax.add_patch(patches.Rectangle((x, y), w - 0.08, 0.9, facecolor=color, edgecolor="none"))
 
+    rect(0, 2, 2, COLORS["activations"])
+    ax.text(0.96, 2.45, "d", ha="center", va="center", fontsize=14, color="white", weight="bold")
     for j in range(n8):
-        rect(j, 2, 1, COLORS["ours"])
+        rect(2 + j, 2, 1, COLORS["ours"])
         if j % 4 == 0:
-            ax.text(j + 0.46, 2.45, str(j), ha="center", va="center", fontsize=13, color="white")
-    rect(n8, 2, 2, COLORS["activations"])
-    ax.text(n8 + 0.96, 2.45, "d", ha="center", va="center", fontsize=14, color="white", weight="bold")
+            ax.text(2 + j + 0.46, 2.45, str(j), ha="center", va="center", fontsize=13, color="white")
     ax.text(-0.6, 2.45, "Q8_0", ha="right", va="center", fontsize=18, weight="bold")
-    ax.text(n8 + 2.4, 2.45, f"{n8} int8 + fp16 d = {n8 + 2} bytes", va="center", fontsize=17)
+    ax.text(n8 + 2.4, 2.45, f"fp16 d + {n8} int8 = {n8 + 2} bytes", va="center", fontsize=17)
+    rect(0, 0.5, 2, COLORS["activations"])
+    ax.text(0.96, 0.95, "d", ha="center", va="center", fontsize=14, color="white", weight="bold")
     for j in range(n4):
-        rect(2 * j, 0.5, 1, COLORS["optimizer"])
-        rect(2 * j + 1, 0.5, 1, COLORS["params"])
+        rect(2 + 2 * j, 0.5, 1, COLORS["optimizer"])
+        rect(2 + 2 * j + 1, 0.5, 1, COLORS["params"])
         if j < 2:
-            ax.text(2 * j + 0.46, 0.95, str(j), ha="center", va="center", fontsize=12, color="white")
-            ax.text(2 * j + 1.46, 0.95, str(j + n4), ha="center", va="center", fontsize=12, color="white")
-    rect(2 * n4, 0.5, 2, COLORS["activations"])
-    ax.text(2 * n4 + 0.96, 0.95, "d", ha="center", va="center", fontsize=14, color="white", weight="bold")
+            ax.text(2 + 2 * j + 0.46, 0.95, str(j), ha="center", va="center", fontsize=12, color="white")
+            ax.text(2 + 2 * j + 1.46, 0.95, str(j + n4), ha="center", va="center", fontsize=12, color="white")
     ax.text(-0.6, 0.95, "Q4_0", ha="right", va="center", fontsize=18, weight="bold")
-    ax.text(2 * n4 + 2.4, 0.95, f"{n4} bytes + fp16 d = {n4 + 2} bytes", va="center", fontsize=17)
-    ax.text(0, 0.05, f"Q4_0 byte j: value j in the low nibble (green), value j + {n4} in the high (blue)",
-            fontsize=16, va="center")
+    ax.text(2 * n4 + 2.4, 0.95, f"fp16 d + {n4} bytes = {n4 + 2} bytes", va="center", fontsize=17)
+    ax.text(0, 0.05, f"GGUF, block after block; Q4_0 byte j: value j in the low nibble (green), value j + {n4} in the "
+            "high (blue)", fontsize=16, va="center")
     ax.set_xlim(-4.2, n8 + 16)
     ax.set_ylim(-0.2, 3.0)
     return fig
+
 
 @styled
 def fig_q4_levels():

@@ -15,15 +15,29 @@ def _blocks(w):
 
 
 # ----------------------------------------------------------------------------------------- Q8_0
-def _q8(w, rounding=torch.round, divisor=127, spread=lambda b: b.abs().amax(dim=1)):
+def _roundf(v):  # C's roundf, exact (the lesson's rule)
+    a = v.abs()
+    whole = a.floor()
+    r = torch.where(a - whole >= 0.5, whole + 1, whole)
+    return torch.where(v < 0, -r, r)
+
+
+def _inverse(d):
+    return torch.where(d != 0, 1 / torch.where(d != 0, d, 1.0), 0.0)
+
+
+def _q8(w, rounding=_roundf, divisor=127, spread=lambda b: b.abs().amax(dim=1), codes_from_fp16=False, divide=False):
+    """llama.cpp's Q8_0 in PyTorch (fp32: d = absmax / 127, codes roundf(x * (1 / d))), with one thing changed."""
     b = _blocks(w)
-    d = (spread(b) / divisor).half()
-    d32 = d.float()[:, None]
-    q = rounding(torch.where(d32 > 0, b / torch.where(d32 > 0, d32, 1.0), 0.0)).clamp(-127, 127)
-    return Q("q8_0", q.to(torch.int8), d, w.shape, w.dtype)
+    d = spread(b) / divisor
+    dc = d.half().float() if codes_from_fp16 else d
+    v = torch.where(dc[:, None] != 0, b / torch.where(dc != 0, dc, 1.0)[:, None], 0.0) if divide else \
+        b * _inverse(dc)[:, None]
+    q = rounding(v).clamp(-127, 127)
+    return Q("q8_0", q.to(torch.int8), d.half(), w.shape, w.dtype)
 
 
-def q8_truncates(w):  # int() of x/d: toward zero, an error up to d instead of d/2
+def q8_truncates(w):  # int() of x * id: toward zero, an error up to d instead of d/2
     return _q8(w, rounding=torch.trunc)
 
 
@@ -33,6 +47,18 @@ def q8_scale_255(w):  # the scale of a [-255, 255] range with int8 codes
 
 def q8_scale_from_mean(w):  # the scale from the block's mean |value|, not its absmax: large values clip at 127
     return _q8(w, spread=lambda b: b.abs().mean(dim=1))
+
+
+def q8_fp16_scale_codes(w):  # codes made with the stored fp16 scale (this lesson's old rule), not the fp32 one
+    return _q8(w, codes_from_fp16=True)
+
+
+def q8_divides(w):  # codes roundf(x / d): right but for a few values near a half, where x * (1 / d) rounds otherwise
+    return _q8(w, divide=True)
+
+
+def q8_floor_half(w):  # floor(v + 0.5) in fp32 (this lesson's old round_half_away): 0.5 - 2^-25 rounds to 1
+    return _q8(w, rounding=lambda v: torch.where(v >= 0, (v + 0.5).floor(), -(0.5 - v).floor()))
 
 
 def q8_dequantize(qt):
@@ -47,12 +73,12 @@ def q8_dequantize_drops_tail(qt):  # whole blocks only: a length not a multiple 
 
 
 def q8_in_pytorch(w):  # right numbers, but PyTorch does the arithmetic
-    return _q8(w, rounding=lambda v: v.sign() * (v.abs() + 0.5).floor())
+    return _q8(w)
 
 
 def _launch_8_blocks(kernel, blocks, *args):  # the reference's launch_blocks with 8 blocks of 32 per program
     if blocks:
-        kernel[(triton.cdiv(blocks, 8),)](*args, BLOCKS=8, num_warps=4)
+        kernel[(triton.cdiv(blocks, 8),)](*args, BLOCKS=8, num_warps=4, **ref.BLOCK_LAUNCH_OPTIONS)
 
 
 def _quantize_8_blocks(kernel, fmt, w):
@@ -79,14 +105,26 @@ def q8_dequantize_8_blocks(qt):  # right
 
 
 # ----------------------------------------------------------------------------------------- Q4_0
-def _q4(w, pack, clamp=True):
+def _q4(w, pack, clamp=True, codes_from_fp16=False, positive_wins_ties=False, divide=False, fma=False):
+    """llama.cpp's Q4_0 in PyTorch (fp32: m the first value of largest magnitude, d = m / -8, codes
+    min(15, trunc(x * (1 / d) + 8.5)), each operation rounded), with one thing changed."""
     b = _blocks(w)
-    top, bottom = b.amax(dim=1), b.amin(dim=1)
-    d = (torch.where(top >= -bottom, top, bottom) / -8).half()
-    d32 = d.float()[:, None]
-    q = torch.floor(torch.where(d32 != 0, b / torch.where(d32 != 0, d32, 1.0), 0.0) + 8.5)
+    if positive_wins_ties:
+        top, bottom = b.amax(dim=1), b.amin(dim=1)
+        m = torch.where(top >= -bottom, top, bottom)
+    else:
+        m = b.gather(1, (b.abs() == b.abs().amax(dim=1, keepdim=True)).int().argmax(dim=1, keepdim=True))[:, 0]
+    d = m / -8
+    dc = d.half().float() if codes_from_fp16 else d
+    if divide:
+        v = torch.where(dc[:, None] != 0, b / torch.where(dc != 0, dc, 1.0)[:, None], 0.0) + 8.5
+    elif fma:  # the product and the sum rounded once, as one fma
+        v = (b.double() * _inverse(dc).double()[:, None] + 8.5).float()
+    else:
+        v = b * _inverse(dc)[:, None] + 8.5
+    q = v.trunc()
     q = (q.clamp(max=15) if clamp else q).to(torch.uint8)
-    return Q("q4_0", pack(q), d, w.shape, w.dtype)
+    return Q("q4_0", pack(q), d.half(), w.shape, w.dtype)
 
 
 def _llama_pack(q):
@@ -99,6 +137,22 @@ def q4_interleaved(w):  # byte j holds values 2j and 2j + 1: not the format's la
 
 def q4_no_clamp(w):  # the positive side reaches code 16, which wraps to 0 in a nibble
     return _q4(w, _llama_pack, clamp=False)
+
+
+def q4_fp16_scale_codes(w):  # codes made with the stored fp16 scale (this lesson's old rule)
+    return _q4(w, _llama_pack, codes_from_fp16=True)
+
+
+def q4_positive_wins_ties(w):  # +a and -a tied: m = +a (this lesson's old rule), not the first of them
+    return _q4(w, _llama_pack, positive_wins_ties=True)
+
+
+def q4_divides(w):  # x / d + 8.5 instead of x * (1 / d) + 8.5
+    return _q4(w, _llama_pack, divide=True)
+
+
+def q4_fma(w):  # x * id + 8.5 rounded once (what Triton's default fp fusion does on a GPU)
+    return _q4(w, _llama_pack, fma=True)
 
 
 def q4_quantize(w):

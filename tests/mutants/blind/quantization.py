@@ -955,11 +955,12 @@ BLIND = {
             _q8("ref", "dequantize_q8_0_fp32_out"),
             _q8("ref", "dequantize_q8_0_fp16_multiply"),
             _q8("ref", "dequantize_q8_0_no_check"),
+            # moved from "right" when the text became llama.cpp's (codes from the fp32 d): see WHY
+            _q8("quantize_q8_0_flat_tile", "ref"),
+            _q8("quantize_q8_0_flat_tile", "dequantize_q8_0_flat_tile"),
         ],
         "right": [
-            _q8("quantize_q8_0_flat_tile", "ref"),
             _q8("ref", "dequantize_q8_0_flat_tile"),
-            _q8("quantize_q8_0_flat_tile", "dequantize_q8_0_flat_tile"),
         ],
     },
     "q4_0": {
@@ -970,11 +971,12 @@ BLIND = {
             _q4("quantize_q4_0_zero_block_code0", "ref"),
             _q4("quantize_q4_0_nibbles_swapped", "dequantize_q4_0_nibbles_swapped"),
             _q4("ref", "dequantize_q4_0_forget_offset"),
+            # moved from "right" when the text became llama.cpp's (codes from the fp32 d, the tie rule): see WHY
+            _q4("quantize_q4_0_split_halves", "ref"),
+            _q4("quantize_q4_0_split_halves", "dequantize_q4_0_join_halves"),
         ],
         "right": [
-            _q4("quantize_q4_0_split_halves", "ref"),
             _q4("ref", "dequantize_q4_0_join_halves"),
-            _q4("quantize_q4_0_split_halves", "dequantize_q4_0_join_halves"),
         ],
     },
     "int8_matmul": {
@@ -1032,8 +1034,18 @@ BLIND = {
 }
 
 WHY = {
-    "quantize_q8_0_fp32_scale_codes": "codes computed with the fp32 d, not the stored fp16 one: violates 'the scale is "
-                                      "rounded to fp16 *before* the codes are computed'",
+    "quantize_q8_0_fp32_scale_codes": "written against the old text (which rounded d to fp16 before the codes), where "
+                                      "its fp32-scale codes were the bug; under the llama.cpp text that part is right, "
+                                      "but it computes x / d (Triton's /) instead of roundf(x · id) with id = 1 / d: "
+                                      "violates 'q = roundf(x · id)' and 'x / d instead of x · id rounds differently "
+                                      "for a few values near a half' (stays wrong; rejected on the near-half cases)",
+    "quantize_q8_0_flat_tile": "MOVED right -> wrong: it rounds d to fp16 and makes the codes with the fp16 d (the old "
+                               "text's rule); the llama.cpp text says 'The codes were made with the fp32 d, not with "
+                               "the stored one' and 'codes made with the fp16-rounded scale differ in many blocks'",
+    "quantize_q4_0_split_halves": "MOVED right -> wrong: codes made with the fp16-rounded d (the old rule), and m = "
+                                  "the positive value when +a and -a tie; the llama.cpp text: 'd is stored as fp16(d)' "
+                                  "after the codes are made with the fp32 d, and 'Where several values share that "
+                                  "magnitude ... m is the **first** of them in the block's order'",
     "quantize_q8_0_truncate": "q = int(x / d) truncates: violates 'q = round(x / d) ... rounding half away from zero'",
     "quantize_q8_0_half_even": "ties rounded to even (rint): violates 'rounding half away from zero, as llama.cpp does'",
     "quantize_q8_0_tail_unmasked": "loads mask by block index only, reading past n in the last block: violates "
