@@ -1,5 +1,5 @@
 """Lesson 01's deck: exact parameter counts with the lesson's count_params, the bytes of every training recipe with
-its state_bytes, the lecture notes' 8B tally checked, a training step of the course GPT measured op by op on this
+its state_bytes, an itemised 8B tally checked, a training step of the course GPT measured op by op on this
 machine, and what the recorded H100 run of the notebook saw between a prediction and nvidia-smi."""
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from slides.figures import file_date, find_line, newest_result  # text records
 
 LESSON = "01_model_states"
 
-# The lecture notes' tally (seeds 001 and 002), transcribed as the notes state it: for an "8B" model under mixed
-# precision with Adam, the bytes per parameter of each item, the overhead they add on top, and the total the lecture
-# quotes. The deck recomputes their sums and sets them against the lesson's exact count and recipes.
-NOTES_N = 8e9
-NOTES_ITEMS = [("fp16 weights", "params", 2), ("fp32 master copy", "master", 4), ("Adam m and v (fp32)", "states", 8),
+# An itemised tally of the kind often quoted for an "8B" model under mixed precision with Adam: the bytes per
+# parameter of each item, an overhead on top, and the usual total of 16 bytes per parameter (the ZeRO paper's count,
+# Rajbhandari et al., 2020, arXiv 1910.02054). The deck recomputes their sums and sets them against the lesson's exact count and recipes.
+TALLY_N = 8e9
+TALLY_ITEMS = [("fp16 weights", "params", 2), ("fp32 master copy", "master", 4), ("Adam m and v (fp32)", "states", 8),
                ("fp32 gradients", "grads", 4)]
-NOTES_OVERHEAD = "10–20%"
-NOTES_QUOTED_BYTES_PER_PARAM = 16  # the lecture's "128 GB" for 8B parameters
+TALLY_OVERHEAD = "10–20%"
+TALLY_QUOTED_BYTES_PER_PARAM = 16  # the usual "128 GB" for 8B parameters
 
 RECIPE_LABELS = {"fp32": "fp32", "amp": "amp (autocast)", "mixed": "mixed (Megatron)",
                  "mixed_fp32_grads": "mixed + fp32 grads", "bf16": "bf16"}
@@ -179,17 +179,17 @@ def facts() -> dict[str, str]:
     h100, h200 = record("first_kernel", file="h100"), record("first_kernel", file="h200")
     out: dict[str, str] = {}
 
-    # the notes' tally
-    notes_bpp = sum(b for _, _, b in NOTES_ITEMS)
-    out["notes_table"] = markdown_table(
-        ["the notes' item", "bytes / param", "× 8B"],
-        [[name, str(b), f"{NOTES_N * b / 1e9:.0f} GB"] for name, _, b in NOTES_ITEMS]
-        + [["temporary buffers, communication", "", f"+ {NOTES_OVERHEAD}"]])
-    out["notes_sum"] = f"{NOTES_N * notes_bpp / 1e9:.0f} GB"
-    out["notes_bpp"] = str(notes_bpp)
-    out["notes_overhead"] = NOTES_OVERHEAD
-    out["notes_quoted"] = f"{NOTES_N * NOTES_QUOTED_BYTES_PER_PARAM / 1e9:.0f} GB"
-    out["notes_quoted_bpp"] = str(NOTES_QUOTED_BYTES_PER_PARAM)
+    # the itemised tally
+    tally_bpp = sum(b for _, _, b in TALLY_ITEMS)
+    out["tally_table"] = markdown_table(
+        ["the tally's item", "bytes / param", "× 8B"],
+        [[name, str(b), f"{TALLY_N * b / 1e9:.0f} GB"] for name, _, b in TALLY_ITEMS]
+        + [["temporary buffers, communication", "", f"+ {TALLY_OVERHEAD}"]])
+    out["tally_sum"] = f"{TALLY_N * tally_bpp / 1e9:.0f} GB"
+    out["tally_bpp"] = str(tally_bpp)
+    out["tally_overhead"] = TALLY_OVERHEAD
+    out["tally_quoted"] = f"{TALLY_N * TALLY_QUOTED_BYTES_PER_PARAM / 1e9:.0f} GB"
+    out["tally_quoted_bpp"] = str(TALLY_QUOTED_BYTES_PER_PARAM)
     out["h100_gib"] = f"{h100['memory_gib']:.1f} GiB"
     out["h200_gib"] = f"{h200['memory_gib']:.1f} GiB"
     out["h100_name"], out["h200_name"] = h100["device"], h200["device"]
@@ -261,7 +261,7 @@ def facts() -> dict[str, str]:
     out["mixed32_bpp"] = f"{mixed32['total']:g}"
     out["amp_gb"] = gb(_total(n8b, "amp"))
     out["amp_gib"] = gib(_total(n8b, "amp"))
-    out["notes_exact_gb"] = gb(n8b * notes_bpp)
+    out["tally_exact_gb"] = gb(n8b * tally_bpp)
     out["gb_gib_gap"] = f"{2**30 / 1e9 - 1:.1%}"
     cap = h100["memory_gib"] * 2**30
     fits = {o: [p for p in ref.STATE_PRECISIONS if _total(n8b, p, o) <= cap] for o in ref.STATE_OPTIMIZERS}
@@ -357,7 +357,7 @@ def fig_per_layer():
     from memfit.gpt import LLAMA_3_1_8B as cfg
     h, kv, f = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_hidden
     ours = {"attention": (h * (h + 2 * kv) + h * h) / h**2, "MLP": 3 * h * f / h**2}
-    rule = {"attention": 4, "MLP": 8}  # the notes' 4h² (Q, K, V, O) and 8h² (two matrices of width 4h)
+    rule = {"attention": 4, "MLP": 8}  # the rule's 4h² (Q, K, V, O) and 8h² (two matrices of width 4h)
     fig, ax = figure(figsize=(6.4, 4.6))
     labels = ["rule of thumb\nMHA, 2 matrices, 4h",
               f"{cfg.name}\nGQA, SwiGLU, {f / h:g}h"]
@@ -407,9 +407,9 @@ def fig_breakdown_8b():
 
 
 def fig_bytes_per_param():
-    """Each recipe (AdamW) as a strip of bytes per parameter, from the lesson's state_bytes, with the notes' list."""
+    """Each recipe (AdamW) as a strip of bytes per parameter, from the lesson's state_bytes, with the itemised list."""
     ref = _ref()
-    rows = [("the notes' list", {kind: float(b) for _, kind, b in NOTES_ITEMS})]
+    rows = [("the itemised list", {kind: float(b) for _, kind, b in TALLY_ITEMS})]
     rows += [(RECIPE_LABELS[p], _per_param(p)) for p in ref.STATE_PRECISIONS]
     kinds = [("params", "weights", COLORS["params"], None), ("grads", "gradients", COLORS["grads"], None),
              ("master", "fp32 master", COLORS["optimizer"], "//"), ("states", "Adam m, v", COLORS["optimizer"], None)]
@@ -440,7 +440,7 @@ def fig_tally_8b():
     from memfit.gpt import LLAMA_3_1_8B
     ref = _ref()
     n = ref.count_params(LLAMA_3_1_8B)
-    bars = [("notes'\nlist", {kind: sum(b for _, k, b in NOTES_ITEMS if k in members) * n
+    bars = [("itemised\nlist", {kind: sum(b for _, k, b in TALLY_ITEMS if k in members) * n
                                 for kind, members in (("params", {"params"}), ("grads", {"grads"}),
                                                       ("optimizer", {"master", "states"}))})]
     bars += [(label, ref.state_bytes(n, p, o)) for label, p, o in

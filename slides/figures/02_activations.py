@@ -1,7 +1,7 @@
 """Lesson 02's deck: Korthikanti et al.'s activation numbers recomputed, what autograd keeps in a block of the course GPT
 (measured here on the tiny model), the per-layer formula against Korthikanti's, the walk of a training step and
 its predicted peak, the recorded H200 run (predictor against the CUDA allocator, recomputation's time), the
-micro-batch and accumulation arithmetic, and the lecture's 8B/70B/405B chart drawn by the lesson's predictor."""
+micro-batch and accumulation arithmetic, and the 8B/70B/405B context-length chart drawn by the lesson's predictor."""
 from __future__ import annotations
 
 import functools
@@ -14,10 +14,11 @@ LESSON = "02_activations"
 BENCH = "activations"
 MODES = ("none", "selective", "full")
 MODE_COLORS = {"none": COLORS["activations"], "selective": COLORS["grads"], "full": COLORS["params"]}
-# DeepSeek-V3's global batch in the notes: 1920 sequences of "32K" tokens (read as 32,768 and as 32,000).
+# DeepSeek-V3's first long-context stage (arXiv 2412.19437, section 4.3): 1920 sequences of "32K" tokens (read as
+# 32,768 and as 32,000).
 DS_SEQS, DS_SEQ, DS_SEQ_DECIMAL = 1920, 32_768, 32_000
-DS_MICRO = 16  # the transcript's micro-batch of 16 sequences
-CHART_SEQS = [1024, 2048, 4096, 8192, 16384, 32768]  # the lecture chart's lengths
+DS_MICRO = 16  # a worked example's micro-batch of 16 sequences
+CHART_SEQS = [1024, 2048, 4096, 8192, 16384, 32768]  # the context-length chart's lengths
 DP = 8  # data-parallel ranks in the exercise's example (and the visible check)
 
 
@@ -58,8 +59,8 @@ def _korthikanti(cfg, batch: int, seq: int) -> int:
     return 34 * seq * batch * cfg.d_model + 5 * cfg.n_heads * seq * seq * batch
 
 
-def _notes_12nd(cfg, batch: int, seq: int) -> int:
-    """The notes' estimate: 6·n·d values per layer in 2 bytes (n = tokens, d = hidden)."""
+def _rough_12nd(cfg, batch: int, seq: int) -> int:
+    """A rough estimate often quoted: 6·n·d values per layer in 2 bytes (n = tokens, d = hidden)."""
     return 12 * batch * seq * cfg.d_model
 
 
@@ -110,7 +111,7 @@ def facts() -> dict[str, str]:
     states8 = sum(state_bytes(n8, "amp", "adamw").values())
     f["states_8b"] = gb(states8)
     f["states_8b_per_param"] = f"{states8 / n8:.0f}"
-    f["notes_per_token"] = f"{_notes_12nd(big, 1, 1) * L / 1e6:.2f} MB"
+    f["rough_per_token"] = f"{_rough_12nd(big, 1, 1) * L / 1e6:.2f} MB"
     s16 = 16_384
     s2 = 5 * big.n_heads * s16 * s16
     f["s2_layer"] = gib(s2, 0)
@@ -120,8 +121,8 @@ def facts() -> dict[str, str]:
     f["ds_gap"] = f"{DS_SEQ / DS_SEQ_DECIMAL - 1:.1%}"
     f["ds_micro"] = str(DS_MICRO)
     f["ds_steps_16"] = str(ref.accumulation_steps(DS_SEQS * DS_SEQ, DS_MICRO, DS_SEQ))
-    # The notes' checkpointing example: 3 layers' worth, 36·n·d bytes, "n = 2M tokens -> ~300 MB".
-    f["notes_ckpt_2m"] = gb(3 * _notes_12nd(big, 1, 2_000_000), 0)
+    # Checkpointing arithmetic: 3 layers' worth, 36·n·d bytes, at n = 2M tokens.
+    f["rough_ckpt_2m"] = gb(3 * _rough_12nd(big, 1, 2_000_000), 0)
 
     # Measured here: block 0 of the tiny model.
     tiny = _tiny()
@@ -146,7 +147,7 @@ def facts() -> dict[str, str]:
     f["layer_8b_4k_k"] = gib(_korthikanti(big, 1, 4096), 2)
     f["ffn_ratio"] = f"{big.ffn_hidden / h:g}"
     f["course_per_token"] = f"{ref.activation_bytes(big, 1, 4096, 'amp') * L / 4096 / 1e6:.2f} MB"
-    f["course_vs_notes"] = f"{ref.activation_bytes(big, 1, 4096, 'amp') / _notes_12nd(big, 1, 4096):.1f}"
+    f["course_vs_rough"] = f"{ref.activation_bytes(big, 1, 4096, 'amp') / _rough_12nd(big, 1, 4096):.1f}"
     f["dtype_table"] = markdown_table(
         ["precision", "residual, norms", "matmul in/out", "weights, grads"],
         [[f"`{p}`", *(f"{b} B" for b in ref.dtype_bytes(p))] for p in ref.STEP_PRECISIONS])
@@ -212,7 +213,7 @@ def facts() -> dict[str, str]:
         [[mode, str(best), f"{best * 8192:,}", f"{steps:,}"] for mode, best, steps in _micro_batches()])
     f["dp"] = str(DP)
 
-    # The lecture's chart.
+    # The context-length chart.
     from memfit.gpt import LLAMA_3_1_70B, LLAMA_3_1_405B
     f["cross_8b"] = f"{_crossover(big):,}"
     f["cross_70b"] = f"{_crossover(LLAMA_3_1_70B):,}"
@@ -318,7 +319,7 @@ def fig_kept():
 
 
 def fig_per_layer():
-    """Bytes one layer of Llama-3.1-8B keeps, batch 1, against the sequence: the notes' 12·n·d, Korthikanti's
+    """Bytes one layer of Llama-3.1-8B keeps, batch 1, against the sequence: the rough 12·n·d, Korthikanti's
     34sbh + 5as²b, and the lesson's activation_bytes (amp) in its three recompute modes."""
     from memfit.gpt import LLAMA_3_1_8B as cfg
     ref = _ref()
@@ -326,8 +327,8 @@ def fig_per_layer():
     fig, ax = figure(figsize=(7.4, 5.4))
     ax.plot(seqs, [_korthikanti(cfg, 1, s) / 2**30 for s in seqs], "--", color=COLORS["neutral"], lw=2.5,
             label="34sbh + 5as²b (GPT-3, fp16)")
-    ax.plot(seqs, [_notes_12nd(cfg, 1, s) / 2**30 for s in seqs], ":", color=COLORS["peer"], lw=2.5,
-            label="the notes' 12·n·d")
+    ax.plot(seqs, [_rough_12nd(cfg, 1, s) / 2**30 for s in seqs], ":", color=COLORS["peer"], lw=2.5,
+            label="rough 12·n·d")
     for mode in MODES:
         ax.plot(seqs, [ref.activation_bytes(cfg, 1, s, "amp", mode) / 2**30 for s in seqs], "o-",
                 color=MODE_COLORS[mode], lw=2.5, label=f"course GPT, {mode}")
@@ -454,7 +455,7 @@ def fig_global_batch():
     return fig
 
 
-def fig_lecture_chart():
+def fig_context_chart():
     """The notebook's own chart (memfit.plots.stacked_peak_chart) with the lesson's predict_peak: Llama-3.1
     8B, 70B, 405B, one sequence per step, amp + AdamW, with and without full recomputation."""
     import matplotlib.pyplot as plt

@@ -1,4 +1,4 @@
-"""Lesson 05's deck: the notes' 5·b·s²·a term reproduced for Llama-3.1-8B, what naive attention keeps (measured here
+"""Lesson 05's deck: Korthikanti et al.'s 5·b·s²·a term reproduced for Llama-3.1-8B, what naive attention keeps (measured here
 on tiny sizes), the online softmax run by the lesson's own online_softmax_stats, the causal tiling of the lesson's
 forward kernel, the backward's three kernels, the grading plan read from the checks, and the recorded H100 run
 (TFLOP/s against SDPA's flash and cuDNN backends, memory against naive attention) and H200 tile sweep."""
@@ -31,11 +31,11 @@ def _dtype(dtype) -> str:
     return str(dtype).replace("torch.", "").replace("float", "fp").replace("bfp16", "bf16")
 
 
-# ------------------------------------------------------------------------------------ the notes' numbers
+# ------------------------------------------------------------------ Korthikanti et al.'s s² term (arXiv 2205.05198)
 
 @functools.cache
-def _notes() -> dict:
-    """The notes' per-layer attention term 5·b·s²·a (fp16 scores, softmax, dropout mask) for Llama-3.1-8B at a 16K
+def _s2_term() -> dict:
+    """Korthikanti et al.'s per-layer attention term 5·b·s²·a (fp16 scores, softmax, dropout mask) for Llama-3.1-8B at a 16K
     context, against lesson 02's activation_bytes: the whole course-GPT block, whose attention keeps no s² tensor."""
     from memfit.from_lessons.activations import activation_bytes
     from memfit.gpt import LLAMA_3_1_8B as cfg
@@ -192,21 +192,21 @@ def facts() -> dict[str, str]:
     from autograder.checks import flash_attention as checks
     from memfit.hardware import KNOWN_GPUS, KiB
 
-    notes = _notes()
+    s2 = _s2_term()
     meas = _measured()
     ref = lesson(LESSON)
     out: dict[str, str] = {}
 
-    # the notes, reproduced
-    cfg = notes["cfg"]
+    # the s² term, reproduced
+    cfg = s2["cfg"]
     out.update({
         "model": cfg.name, "model_heads": str(cfg.n_heads), "model_layers": str(cfg.n_layers),
-        "notes_s": f"{notes['s']:,}", "notes_per_layer": gib(notes["five"], 1),
-        "notes_per_layer_gb": f"{notes['five'] / 1e9:.1f} GB",
-        "notes_all_layers": f"{notes['five'] * notes['layers'] / 2**40:.2f} TiB",
-        "notes_all_layers_tb": f"{notes['five'] * notes['layers'] / 1e12:.2f} TB",
-        "block_16k": gib(notes["block"], 1), "five_over_block": f"{notes['five'] / notes['block']:.0f}",
-        "p_8k": gib(notes["p_8k"], 0),
+        "s2_s": f"{s2['s']:,}", "s2_per_layer": gib(s2["five"], 1),
+        "s2_per_layer_gb": f"{s2['five'] / 1e9:.1f} GB",
+        "s2_all_layers": f"{s2['five'] * s2['layers'] / 2**40:.2f} TiB",
+        "s2_all_layers_tb": f"{s2['five'] * s2['layers'] / 1e12:.2f} TB",
+        "block_16k": gib(s2["block"], 1), "five_over_block": f"{s2['five'] / s2['block']:.0f}",
+        "p_8k": gib(s2["p_8k"], 0),
     })
 
     # naive attention's saved tensors, measured here
@@ -337,24 +337,24 @@ def facts() -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------------ figures
 
-def fig_notes_context():
-    """Per-layer bytes of Llama-3.1-8B against context: the notes' 5·b·s²·a against lesson 02's whole block."""
+def fig_s2_context():
+    """Per-layer bytes of Llama-3.1-8B against context: Korthikanti's 5·b·s²·a against lesson 02's whole block."""
     from memfit.from_lessons.activations import activation_bytes
-    notes = _notes()
-    cfg = notes["cfg"]
+    s2 = _s2_term()
+    cfg = s2["cfg"]
     seqs = [2 ** k for k in range(10, 18)]
     five = [5 * s * s * cfg.n_heads / 2**30 for s in seqs]
     block = [activation_bytes(cfg, 1, s, "amp") / 2**30 for s in seqs]
     lse = [4 * s * cfg.n_heads / 2**30 for s in seqs]
     fig, ax = figure(figsize=(7.4, 5.2))
-    ax.loglog(seqs, five, "o-", color=COLORS["activations"], lw=2.5, label="5·b·s²·a (the notes' attention)",
+    ax.loglog(seqs, five, "o-", color=COLORS["activations"], lw=2.5, label="5·b·s²·a (Korthikanti's attention)",
               base=2)
     ax.loglog(seqs, block, "s-", color=COLORS["params"], lw=2.5, label="whole block with flash (lesson 02)", base=2)
     ax.loglog(seqs, lse, "^-", color=COLORS["optimizer"], lw=2.5, label="flash's logsumexp: 4·b·s·a", base=2)
     ax.set_yscale("log", base=10)
-    ax.plot([notes["s"]], [notes["five"] / 2**30], "o", ms=16, mfc="none", mec="black", mew=2)
-    ax.annotate(f"s = {notes['s'] // 1024}K: {notes['five'] / 2**30:.0f} GiB\nper layer",
-                (notes["s"], notes["five"] / 2**30),
+    ax.plot([s2["s"]], [s2["five"] / 2**30], "o", ms=16, mfc="none", mec="black", mew=2)
+    ax.annotate(f"s = {s2['s'] // 1024}K: {s2['five'] / 2**30:.0f} GiB\nper layer",
+                (s2["s"], s2["five"] / 2**30),
                 xytext=(30, -75), textcoords="offset points", fontsize=15,
                 arrowprops=dict(arrowstyle="->", color="black"))
     ax.set_xticks(seqs)

@@ -1,4 +1,4 @@
-"""Lesson 06's deck: the talk's Gemma-2 9B arithmetic redone with the lesson's code, PyTorch's chain and the
+"""Lesson 06's deck: the usual Gemma-2 9B arithmetic redone with the lesson's code, PyTorch's chain and the
 lesson's chunked loss on the course's live-tensor meter (op by op), the tile plans of the lesson's chunk_plan,
 the autograder's checks, and the H100 records (the benchmark's JSON and the notebook's text log)."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from slides.figures import file_date, newest_result  # text records
 
 LESSON = "06_fused_linear_ce"
 BENCH = "fused_linear_ce"
-# The talk's problem (seeds/000): Gemma-2 9B, vocabulary "256K", sequence 4,096, batch 8, fp32; H from the model.
+# The usual example: Gemma-2 9B, vocabulary "256K", sequence 4,096, batch 8, fp32; H from the model.
 TALK = dict(batch=8, seq=4096, vocab=256 * 1024, hidden=3584, itemsize=4)
 # The contenders the deck compares, in the record's names, and how a slide shows them.
 SHOWN = {"PyTorch, loss upcast to fp32": "PyTorch, loss in fp32", "PyTorch, bf16": "PyTorch, bf16",
@@ -145,7 +145,7 @@ def facts() -> dict[str, str]:
     ref = _ref()
     out: dict[str, str] = {}
 
-    # The talk's problem, by the lesson's arithmetic.
+    # The example, by the lesson's arithmetic.
     n_tok, v, h, b = TALK["batch"] * TALK["seq"], TALK["vocab"], TALK["hidden"], TALK["itemsize"]
     logits = n_tok * v * b
     per_v_h = math.ceil(v / h)
@@ -154,15 +154,15 @@ def facts() -> dict[str, str]:
     chain_tensors = tl["chain_peak"] / tl["logits"]
     c, vc = ref.chunk_plan(n_tok, h, v, b)
     out.update({
-        "talk_tokens": f"{n_tok:,}", "talk_vocab": f"{v:,}", "talk_hidden": f"{h:,}",
-        "talk_logits": gib(logits), "talk_logits_bytes": f"{logits:,}",
-        "talk_logits_pow2": (f"2<sup>{logits.bit_length() - 1}</sup>" if logits & (logits - 1) == 0 else f"{logits:,}"),
-        "talk_x": gib(n_tok * h * b, 2), "talk_w": gib(v * h * b, 2), "talk_grads": gib((n_tok + v) * h * b, 2),
-        "talk_chain_tensors": f"{chain_tensors:.1f}", "talk_chain": gib(chain_tensors * logits, 0),
-        "talk_v_over_h": str(per_v_h), "talk_chunk": gib(logits / per_v_h, 2),
-        "talk_2n": gib(2 * logits / per_v_h, 2),
-        "talk_liger_rows": f"{liger:,}", "talk_liger_chunk": gib(liger * v * b, 2),
-        "talk_plan": f"{c:,} × {vc:,}", "talk_budget": _mib(max((n_tok + v) * h * b // 32, 1 << 20)),
+        "g9_tokens": f"{n_tok:,}", "g9_vocab": f"{v:,}", "g9_hidden": f"{h:,}",
+        "g9_logits": gib(logits), "g9_logits_bytes": f"{logits:,}",
+        "g9_logits_pow2": (f"2<sup>{logits.bit_length() - 1}</sup>" if logits & (logits - 1) == 0 else f"{logits:,}"),
+        "g9_x": gib(n_tok * h * b, 2), "g9_w": gib(v * h * b, 2), "g9_grads": gib((n_tok + v) * h * b, 2),
+        "g9_chain_tensors": f"{chain_tensors:.1f}", "g9_chain": gib(chain_tensors * logits, 0),
+        "g9_v_over_h": str(per_v_h), "g9_chunk": gib(logits / per_v_h, 2),
+        "g9_2n": gib(2 * logits / per_v_h, 2),
+        "g9_liger_rows": f"{liger:,}", "g9_liger_chunk": gib(liger * v * b, 2),
+        "g9_plan": f"{c:,} × {vc:,}", "g9_budget": _mib(max((n_tok + v) * h * b // 32, 1 << 20)),
     })
 
     # Measured here, on the live-tensor meter.
@@ -209,7 +209,7 @@ def facts() -> dict[str, str]:
                  _plan_row(f"{gemma} head (bf16)", gn, gh, gv, 2),
                  _plan_row(f"{llama} head (bf16)", l0["tokens"], LLAMA_3_1_8B.d_model,
                            LLAMA_3_1_8B.vocab_size, 2),
-                 _plan_row("the talk's Gemma-2 9B (fp32)", n_tok, h, v, 4)]
+                 _plan_row("Gemma-2 9B, batch 8 x 4,096 (fp32)", n_tok, h, v, 4)]
     out["plan_table"] = markdown_table(["problem", "N × H → V", "budget", "tile C × Vc", "", "tiles",
                                         "scratch"], plan_rows)
     cfg_cpu, cfg_gpu = config("ce_rows", profile_for("cpu")), config("ce_rows", profile_for("h100"))
@@ -303,7 +303,7 @@ def facts() -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------------------ figures
 
-# The six kernels of the chain, as aten names the live-tensor meter sees, and how the figure labels them.
+# The kernels of the chain (seven: linear backward is two matmuls), as aten names the live-tensor meter sees, and how the figure labels them.
 KERNELS = {"mm": "linear", "_log_softmax": "log_softmax", "nll_loss_forward": "nll_loss",
            "nll_loss_backward": "nll_loss\nbackward", "_log_softmax_backward_data": "log_softmax\nbackward"}
 
