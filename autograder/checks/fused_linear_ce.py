@@ -318,13 +318,13 @@ def _check_chunked_memory(chunked_linear_ce, case, dtype):
     _kept(report, what)
 
 
-def _no_logits_tensor(report, case, dtype, what):
+def _no_logits_tensor(report, case, dtype, what, fix="compute one chunk of tokens at a time"):
     logits = case.n * case.v * dtype.itemsize
     if case.n <= case.h:  # dW (V x H) is as large as the logits: the peak tells
         return
     if report.largest_bytes is not None and report.largest_bytes >= logits:
         raise CheckFailed(f"{what}: a tensor of {format_bytes(report.largest_bytes)} existed during the call; the "
-                          f"full logits are {format_bytes(logits)}: compute one chunk of tokens at a time")
+                          f"full logits are {format_bytes(logits)}: {fix}")
 
 
 # ------------------------------------------------------------- exercise 3: the Triton kernels, in tiles
@@ -488,7 +488,8 @@ def check_fused_linear_ce_memory(fused_linear_ce_forward, cases: str = "visible"
                                  device=memfit.DEVICE, meter=None if big else LIVE_TENSORS, warmup=big)
         rows, cols = _tiles(case, elem=dtype.itemsize)
         if not big and rows * cols < case.n * case.v:  # where the plan's one tile is not all the logits
-            _no_logits_tensor(report, case, dtype, what)
+            _no_logits_tensor(report, case, dtype, what, f"the plan's tiles are {rows} tokens x {cols} words: "
+                              "allocate one tile of that size, and loop over the vocabulary as well as the tokens")
         if not big:
             _no_softmax(report.ops, what)
         grads = (case.n + case.v) * case.h * x.element_size()
