@@ -1,5 +1,5 @@
 # Fitting LLM training into GPU memory: the course's commands.
-#   make lab | test | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [LESSON=NN] [WORKERS=N] [BACKEND=ray] [REGRADE=1] | export | lessons
+#   make lab [LAB_OPTS=...] | lab-instructor | test | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [LESSON=NN] [WORKERS=N] [BACKEND=ray] [REGRADE=1] | export | lessons
 #   | slides [DECKS="..."] | test-slides | bench | clean
 #   make zero-torchrun [NPROC=2] [STAGE=3] [OPTIMIZER=lessons/03_zero.ipynb::ZeroAdamW]   (lesson 03 under torchrun)
 # The first use of any target creates .venv with the pinned packages of requirements.txt.
@@ -40,7 +40,7 @@ CHROMIUM   := $(or $(CHROMIUM),$(shell command -v chromium || command -v chromiu
 TEST_DEP   := $(ENV_DEP) $(RAY_DEP) $(if $(CHROMIUM),$(SLIDES_DEP))
 DECKS ?=
 
-.PHONY: env lab test grade export lessons slides test-slides bench zero-torchrun clean
+.PHONY: env lab lab-instructor test grade export lessons slides test-slides bench zero-torchrun clean
 
 env: $(ENV_DEP)
 
@@ -58,8 +58,16 @@ $(RAY_OK): requirements-ray.txt $(ENV_OK)
 	$(VENV)/bin/pip install -q -r requirements-ray.txt 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 	$(VENV)/bin/python -c "import ray" && touch $@
 
+# JupyterLab refuses to start as root without --allow-root (containers, many cloud notebooks). LAB_OPTS: more
+# JupyterLab options (--port=8890 --no-browser, say). make lab hides nbgrader's tools (tools/lab_learner/).
+LAB_OPTS ?=
+LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: $(ENV_DEP)
-	$(RUN) -m jupyter lab lessons/
+	JUPYTER_CONFIG_DIR="$(CURDIR)/tools/lab_learner" $(RUN) -m jupyter lab lessons/ $(LAB_ROOT) $(LAB_OPTS)
+
+lab-instructor: $(ENV_DEP)
+	$(RUN) -m jupyter lab $(LAB_ROOT) $(LAB_OPTS)
 
 test: $(TEST_DEP)
 	$(RUN) -m pytest tests -q -ra
