@@ -58,6 +58,16 @@ def scaled_add(x, y, alpha, out=None):
     return torch.empty_like(x)  # a kernel that never ran: the output holds whatever the memory held
 """
 
+WRONG_BEYOND_VISIBLE_SIZES = """
+
+def scaled_add(x, y, alpha, out=None):  # right on every visible case (none has more than 3 blocks), 1% off beyond
+    result = _right_scaled_add(x, y, alpha, out=out)
+    if isinstance(x, torch.Tensor) and x.numel() > 3 * memfit.config("scaled_add")["BLOCK"]:
+        result.mul_(1.01)
+    return result
+"""
+
+
 CRASHES = """
 def scaled_add(x, y, alpha, out=None):
     {}
@@ -81,6 +91,9 @@ def class_run(tmp_path_factory):
         "deleted_cell": {**solution, "cells": [c for i, c in enumerate(solution["cells"]) if i != cell_index(solution, "scaled_add_solution")]},
         "wrong_lesson": {**solution, "metadata": {**solution["metadata"], "memfit": {"lesson": "01_memory"}}},
         "unwritten_output": with_source(solution, "scaled_add_solution", UNWRITTEN_OUTPUT),
+        "wrong_beyond_visible_sizes": with_source(solution, "scaled_add_solution", "".join(
+            solution["cells"][cell_index(solution, "scaled_add_solution")]["source"]).replace(
+            "def scaled_add(", "def _right_scaled_add(") + WRONG_BEYOND_VISIBLE_SIZES),
         "segfault": with_source(solution, "scaled_add_solution", CRASHES.format("import ctypes; ctypes.string_at(0)")),
         "abort": with_source(solution, "scaled_add_solution", CRASHES.format("import os; os.abort()")),
     }
@@ -152,6 +165,15 @@ def test_an_unwritten_output_is_named_the_same_way_every_time(class_run):
     numbers in the message from run to run, and hide from the learner that nothing was written."""
     message = rows_by(class_run[1], "unwritten_output")["scaled_add_numerics"]["message"]
     assert "never written" in message and "max |error|" not in message, message
+
+
+def test_a_failure_says_whether_the_notebook_shows_it(class_run):
+    """A failing check runs its visible cases again: the learner learns whether the check cell shows the failure."""
+    visible = rows_by(class_run[1], "unwritten_output")["scaled_add_numerics"]
+    hidden = rows_by(class_run[1], "wrong_beyond_visible_sizes")["scaled_add_numerics"]
+    assert visible["status"] == hidden["status"] == "failed", (visible, hidden)
+    assert visible["message"].endswith("fails too: it shows a visible case.)"), visible["message"]
+    assert "(A hidden case: the notebook's visible cases pass" in hidden["message"], hidden["message"]
 
 
 def test_native_crashes_are_worded_alike(class_run):
