@@ -11,7 +11,9 @@ COLORS = {"passed": "#1a7f37", "failed": "#cf222e", "error": "#cf222e", "timeout
 
 def write_feedback(folder: Path, student: str, lesson: str, rows: list[Row], notes: list[str] = ()) -> Path:
     got = sum(r.points for r in rows)
-    total = sum(r.max_points for r in rows)
+    total = sum(r.max_points for r in rows if r.status != "skipped")  # as the terminal's summary counts them
+    gpu = sum(r.max_points for r in rows if r.status == "skipped")
+    apart = (f" ({gpu:g} more need a GPU: skipped on this machine, in no total here)" if gpu else "")
     body = "\n".join(
         f"<tr><td>{html.escape(r.check)}</td><td style='color:{COLORS.get(r.status, '#000')}'>{r.status}</td>"
         f"<td>{r.points:g} / {r.max_points:g}</td><td>{html.escape(r.message)}</td></tr>" for r in rows)
@@ -19,7 +21,7 @@ def write_feedback(folder: Path, student: str, lesson: str, rows: list[Row], not
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(lesson)}: feedback for {html.escape(student)}</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}td,th{{border-bottom:1px solid #ddd;padding:.4em;text-align:left;vertical-align:top}}table{{border-collapse:collapse}}.note{{color:#6e7781}}</style></head>
-<body><h1>{html.escape(lesson)}</h1><p>{html.escape(student)}: <b>{got:g} / {total:g}</b> points</p>{notes_html}
+<body><h1>{html.escape(lesson)}</h1><p>{html.escape(student)}: <b>{got:g} / {total:g}</b> points{html.escape(apart)}</p>{notes_html}
 <table><tr><th>check</th><th>status</th><th>points</th><th>message</th></tr>
 {body}
 </table></body></html>

@@ -238,6 +238,16 @@ def test_one_lesson_is_graded_alone(tmp_path):
     assert proc.returncode == 2 and "no lesson '08'; the lessons are 00_first_kernel" in proc.stderr
 
 
+def test_feedback_page_counts_points_as_the_terminal_does(tmp_path):
+    """GPU-only checks skipped on a CPU count toward no total, in the HTML as in the terminal's summary."""
+    from autograder.feedback import write_feedback
+    rows = [gradebook.Row("ann", LESSON, "bytes_of", 2, 2, "passed", ""),
+            gradebook.Row("ann", LESSON, "scaled_add_numerics", 0, 8, "failed", "wrong"),
+            gradebook.Row("ann", LESSON, "scaled_add_gpu", 0, 2, "skipped", "skipped: needs a GPU")]
+    page = write_feedback(tmp_path, "ann", LESSON, rows).read_text()
+    assert "<b>2 / 10</b> points (2 more need a GPU: skipped on this machine, in no total here)" in page, page
+
+
 def test_gradebook_keeps_other_students_rows(tmp_path):
     book = tmp_path / "gradebook.csv"
     row = lambda s, pts: gradebook.Row(s, LESSON, "bytes_of", pts, 2, "passed" if pts else "failed", "")
