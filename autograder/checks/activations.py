@@ -69,13 +69,24 @@ def check_activation_bytes(activation_bytes, cases: str = "visible") -> None:
         want = measured_block_bytes(cfg, batch, seq, precision, recompute, "cpu")
         if got != want:
             raise CheckFailed(f"{what}: measured {want:,} bytes kept per block (live-tensor meter, two blocks minus "
-                              f"one), you predicted {got!r} ({_per_token(got, want, batch * seq, cfg.d_model)})")
+                              f"one), you predicted {got!r} ({_per_token(got, want, batch, seq, cfg.d_model)})")
 
 
-def _per_token(got, want, tokens: int, h: int) -> str:
+def _per_token(got, want, batch: int, seq: int, h: int) -> str:
+    """The difference in units a learner can match to a term: bytes per token (T = batch · seq of them) and, where
+    it divides evenly, per position (a table with one row per position, like RoPE's cos and sin, grows with seq and
+    not with the batch), each also in multiples of h where that is whole."""
     if not isinstance(got, (int, float)):
         return "return an int"
-    return f"off by {got - want:+,} bytes = {(got - want) / tokens:+g} per token = {(got - want) / (tokens * h):+g}·T·h"
+    diff = got - want
+    words = [f"off by {diff:+,} bytes"]
+    for count, unit in ((batch * seq, "token"), (seq, "position (of seq, whatever the batch)")):
+        if unit.startswith("position") and (batch == 1 or diff % seq):
+            continue
+        per = diff / count
+        in_h = f" = {per / h:+g}·h" if per % h == 0 else ""
+        words.append(f"{per:+,.6g} bytes per {unit}{in_h}")
+    return ", ".join(words)
 
 
 # ------------------------------------------------------------------------------------ predict_peak
