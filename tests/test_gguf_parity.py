@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import torch
 
+import memfit
+
 gguf = pytest.importorskip("gguf", reason="skipped: gguf is not installed (make test installs it)")
 from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
@@ -30,7 +32,7 @@ ref = load_solution("07_quantization")
 # launch, through linecache, where solutions/ and lessons/ register their cells under the same names
 # ("<07_quantization.ipynb cell N>"); a test that loads the lesson's stubs first would hand it the stub's source.
 for _fmt in ("q8_0", "q4_0"):
-    getattr(ref, f"dequantize_{_fmt}")(getattr(ref, f"quantize_{_fmt}")(torch.ones(40)))
+    getattr(ref, f"dequantize_{_fmt}")(getattr(ref, f"quantize_{_fmt}")(torch.ones(40, device=memfit.DEVICE)))
 QTYPES = {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0}
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 KINDS = ["gaussian", "heavy", "tied", "ties", "near", "tiny", "negative", "zeros"]
@@ -47,7 +49,8 @@ def oracle(fmt: str, w: torch.Tensor) -> np.ndarray:
 
 
 def lesson_bytes(fmt: str, w: torch.Tensor) -> np.ndarray:
-    return ref.gguf_bytes(getattr(ref, f"quantize_{fmt}")(w)).cpu().numpy()
+    """The lesson's kernels' blocks of w, run where the course runs them (a GPU when there is one)."""
+    return ref.gguf_bytes(getattr(ref, f"quantize_{fmt}")(w.to(memfit.DEVICE))).cpu().numpy()
 
 
 def grader_bytes(fmt: str, w: torch.Tensor) -> np.ndarray:
@@ -55,7 +58,7 @@ def grader_bytes(fmt: str, w: torch.Tensor) -> np.ndarray:
     rule = checks.llama_quantize(fmt, w)
     codes = rule.codes
     data = codes.to(torch.int8) if fmt == "q8_0" else (codes[:, :16] | (codes[:, 16:] << 4)).to(torch.uint8)
-    return torch.cat([rule.scales.view(torch.uint8).view(-1, 2), data.view(torch.uint8)], dim=1).numpy()
+    return torch.cat([rule.scales.view(torch.uint8).view(-1, 2), data.view(torch.uint8)], dim=1).cpu().numpy()
 
 
 def first_difference(ours: np.ndarray, theirs: np.ndarray) -> str:
@@ -102,8 +105,8 @@ def test_the_graders_rule_is_gguf_on_many_blocks(fmt):
 @pytest.mark.parametrize("fmt", QTYPES)
 def test_dequantize_is_gguf_in_fp32(fmt):
     w = checks.weights("heavy", (40, 32), 9, fmt)
-    qt = getattr(ref, f"quantize_{fmt}")(w)
-    ours = getattr(ref, f"dequantize_{fmt}")(qt).reshape(-1).numpy()
+    qt = getattr(ref, f"quantize_{fmt}")(w.to(memfit.DEVICE))
+    ours = getattr(ref, f"dequantize_{fmt}")(qt).reshape(-1).cpu().numpy()
     theirs = gguf_dequantize(lesson_bytes(fmt, w), QTYPES[fmt]).reshape(-1)
     assert np.array_equal(ours, theirs)
 

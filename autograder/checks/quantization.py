@@ -316,9 +316,15 @@ def _code_hint(fmt: str, ref: Llama, got: torch.Tensor, stored: torch.Tensor, b:
     for name, codes in departures.items():
         if torch.equal(codes[wrong], got[wrong]):
             return _CODE_HINTS[name]
+    # On a GPU a kernel's own rounding (Triton's approximate /, an fma) follows none of the rules computed here
+    gpu = (" On a GPU, check the kernel's rounding first: Triton's / is approximate (tl.math.div_rn divides exactly), "
+           "and a product and a sum fuse into one fma unless launch_blocks' options turn the fusion off."
+           if memfit.HAS_GPU else "")
     for name, codes in departures.items():
         if codes[b, j] == got[b, j]:
-            return _CODE_HINTS[name]
+            return _CODE_HINTS[name] + gpu
+    if gpu:
+        return gpu.strip()
     v = ref.v[b, j]
     if fmt == "q8_0" and (v.abs() - v.abs().floor()) == 0.5:
         return f"x · id = {v.item():.9g} is exactly halfway: roundf rounds halves away from zero"
