@@ -1,6 +1,6 @@
 """Compile every reference kernel for the small GPUs, on any machine (no GPU needed).
 
-    python -m tools.compile_targets [--profiles t4 v100 ...]
+    python -m tools.compile_targets [--profiles t4 v100 ...] [--lessons 06_fused_linear_ce ...]
 
 For each lesson's KERNELS (autograder/checks/<topic>.py), loads the kernel from its solution
 notebook, takes the config memfit.hardware chooses for the profile, compiles it with
@@ -73,9 +73,14 @@ def _compile_job(lesson: str, index: int, name: str, dtype: str) -> tuple[str, i
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", nargs="+", default=["t4", "v100"])
+    parser.add_argument("--lessons", nargs="+", help="only these lessons' kernels (a notebook's own report)")
     args = parser.parse_args(argv)
-    jobs = [(lesson, i, name, dtype) for lesson, kernels in lessons_with_kernels() for i, spec in enumerate(kernels)
-            for name in args.profiles for dtype in spec.dtypes]
+    known = dict(lessons_with_kernels())
+    unknown = sorted(set(args.lessons or ()) - set(known))
+    if unknown:
+        parser.error(f"no kernels in lesson {', '.join(unknown)}; lessons with kernels: {', '.join(known)}")
+    jobs = [(lesson, i, name, dtype) for lesson, kernels in known.items() if not args.lessons or lesson in args.lessons
+            for i, spec in enumerate(kernels) for name in args.profiles for dtype in spec.dtypes]
     failures = 0
     # Compiling is CPU-bound (LLVM, ptxas): one worker per core, results printed in job order.
     # Spawned, not forked: loading a solution notebook on a GPU machine initialises CUDA, which a fork cannot.
