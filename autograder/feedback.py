@@ -4,15 +4,13 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from autograder.gradebook import Row
+from autograder.gradebook import Row, points
 
 COLORS = {"passed": "#1a7f37", "failed": "#cf222e", "error": "#cf222e", "timeout": "#bc4c00", "skipped": "#6e7781"}
 
 
 def write_feedback(folder: Path, student: str, lesson: str, rows: list[Row], notes: list[str] = ()) -> Path:
-    got = sum(r.points for r in rows)
-    total = sum(r.max_points for r in rows if r.status != "skipped")  # as the terminal's summary counts them
-    gpu = sum(r.max_points for r in rows if r.status == "skipped")
+    got, total, gpu = points(rows)  # as the terminal's summary counts them
     apart = (f" ({gpu:g} more need a GPU: skipped on this machine, in no total here)" if gpu else "")
     body = "\n".join(
         f"<tr><td>{html.escape(r.check)}</td><td style='color:{COLORS.get(r.status, '#000')}'>{r.status}</td>"

@@ -29,6 +29,12 @@ class GradebookError(Exception):
     """The gradebook is missing or cannot be read; str() names the file and the problem."""
 
 
+def points(rows: list[Row]) -> tuple[float, float, float]:
+    """(points got, points graded here, points skipped for want of a GPU): the summary and the HTML count alike."""
+    return (sum(r.points for r in rows), sum(r.max_points for r in rows if r.status != "skipped"),
+            sum(r.max_points for r in rows if r.status == "skipped"))
+
+
 def read_strict(path: Path) -> list[Row]:
     """The rows (the columns in any order, with or without fingerprints), or GradebookError."""
     path = Path(path)

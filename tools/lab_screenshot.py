@@ -2,13 +2,13 @@
 
 Opens URL (a running `make lab`, lesson 06 say) in headless Chromium, waits for the notebook to render, saves a
 screenshot and prints the menu bar's entries and whether any of nbgrader's tools (Formgrader, Create Assignment,
-Validate, Assignment List, Course List) appear on the page. Exit status 1 when one does.
+Validate, Assignment List, Course List) appear on the page. Exit status 1 when one does. The browser: $CHROMIUM, else `chromium` on PATH.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import sys
-
-from slides.browser import chromium_path
 
 NBGRADER_TOOLS = ("Formgrader", "Create Assignment", "Validate", "Assignment List", "Course List", "Nbgrader")
 
@@ -17,7 +17,8 @@ def main(argv=None) -> int:
     url, out = (argv or sys.argv[1:])[:2]
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        chromium = shutil.which(os.environ.get("CHROMIUM", "chromium"))
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(url)
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
