@@ -9,8 +9,8 @@ import triton.language as tl
 Q = ref.Quantized
 
 
-def _blocks(w):
-    flat = w.reshape(-1).float()
+def _blocks(w):  # on the CPU, where PyTorch's float32 arithmetic is IEEE's (CUDA divides by a scalar as a product)
+    flat = w.reshape(-1).float().cpu()
     return F.pad(flat, (0, (-flat.numel()) % 32)).view(-1, 32)
 
 
@@ -34,7 +34,7 @@ def _q8(w, rounding=_roundf, divisor=127, spread=lambda b: b.abs().amax(dim=1), 
     v = torch.where(dc[:, None] != 0, b / torch.where(dc != 0, dc, 1.0)[:, None], 0.0) if divide else \
         b * _inverse(dc)[:, None]
     q = rounding(v).clamp(-127, 127)
-    return Q("q8_0", q.to(torch.int8), d.half(), w.shape, w.dtype)
+    return Q("q8_0", q.to(torch.int8).to(w.device), d.half().to(w.device), w.shape, w.dtype)
 
 
 def q8_truncates(w):  # int() of x * id: toward zero, an error up to d instead of d/2
@@ -124,7 +124,7 @@ def _q4(w, pack, clamp=True, codes_from_fp16=False, positive_wins_ties=False, di
         v = b * _inverse(dc)[:, None] + 8.5
     q = v.trunc()
     q = (q.clamp(max=15) if clamp else q).to(torch.uint8)
-    return Q("q4_0", pack(q), d.half(), w.shape, w.dtype)
+    return Q("q4_0", pack(q).to(w.device), d.half().to(w.device), w.shape, w.dtype)
 
 
 def _llama_pack(q):
