@@ -69,8 +69,11 @@ lab: $(ENV_DEP)
 lab-instructor: $(ENV_DEP)
 	$(RUN) -m jupyter lab $(LAB_ROOT) $(LAB_OPTS)
 
+# One pytest worker per core where pytest-xdist is installed (the venv has it; a bare GPU box may not); tests
+# sharing a module fixture stay on one worker (xdist_group).
+XDIST = $$($(PYTHON) -c 'import xdist; print("-n auto --dist loadgroup")' 2>/dev/null)
 test: $(TEST_DEP)
-	$(RUN) -m pytest tests -q -ra
+	$(RUN) -m pytest tests -q -ra $(XDIST)
 
 slides: $(ENV_DEP) $(SLIDES_DEP)
 	$(RUN) -m slides $(DECKS)

@@ -22,6 +22,7 @@ import traceback
 os.environ["MEMFIT_GRADING"] = "1"  # a skipped check raises instead of printing (autograder.checks.skip)
 
 import memfit  # noqa: E402,F401  (decides TRITON_INTERPRET before any notebook imports triton)
+from memfit.runtime import cpu_share  # noqa: E402
 
 EXIT_CUDA_ERROR = 3  # the parent grades the remaining checks in a fresh process
 
@@ -131,7 +132,7 @@ def main(argv: list[str], key: bytes | None = None) -> int:
     except NotebookError:
         solution = None
     sandbox.cap_gpu_memory(float(os.environ["MEMFIT_GPU_FRACTION"]) if os.environ.get("MEMFIT_GPU_FRACTION") else None)
-    sandbox.limit_threads(int(os.environ.get("MEMFIT_THREADS", "0")) or os.cpu_count() or 1)
+    sandbox.limit_threads(int(os.environ.get("MEMFIT_THREADS", "0")) or cpu_share())
     sandbox.fill_uninitialized_memory()
     install_reset_guards()
     memfit.profile()  # its cache is set before the snapshot, so that setting it is not a change

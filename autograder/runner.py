@@ -68,16 +68,17 @@ def _has_gpu() -> bool:
 
 def settings_for(workers: int, out_dir: Path, memory_gib: float | None = None) -> Settings:
     """Workers default to one per GPU, or one per core without a GPU; each child gets its share of the cores."""
+    from memfit.runtime import cpu_share
     gpus = []
     if _has_gpu():
         import torch
         gpus = [str(i) for i in range(torch.cuda.device_count())]
-    workers = workers or len(gpus) or os.cpu_count() or 1
+    workers = workers or len(gpus) or cpu_share()
     per_gpu = -(-workers // len(gpus)) if gpus else 0
     memory = int(memory_gib * 2**30) if memory_gib else sandbox.default_memory_bytes(workers)
     limits = sandbox.Limits(memory_bytes=memory, cpu_seconds=None,
                             gpu_fraction=round(0.95 / per_gpu, 3) if gpus else None,
-                            threads=max(1, (os.cpu_count() or 1) // workers))
+                            threads=max(1, cpu_share() // workers))
     timeout = os.environ.get("MEMFIT_CHECK_TIMEOUT_S")
     return Settings(workers, limits, gpus, float(timeout) if timeout else None,
                     float(os.environ.get("MEMFIT_CELL_TIMEOUT_S", 60)), out_dir,

@@ -25,3 +25,10 @@ INTERPRETED: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 #: The device the course puts tensors on.
 DEVICE: torch.device = torch.device("cuda" if HAS_GPU else "cpu")
+
+
+def cpu_share() -> int:
+    """The cores this process may use: MEMFIT_CPUS where something shares the machine out (the course's test
+    runner gives each of its workers a share), else every core. Thread pools sized past it oversubscribe the
+    machine, and PyTorch's CPU kernels then run many times slower."""
+    return max(1, int(os.environ.get("MEMFIT_CPUS", "0")) or os.cpu_count() or 1)

@@ -14,6 +14,8 @@ import pytest
 from autograder import course_env, gradebook
 from autograder.checks import checks_for
 
+pytestmark = pytest.mark.xdist_group("grading")  # its module fixtures are built once, on one worker
+
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = "00_first_kernel"
 CHECKS = [c.name for c in checks_for(LESSON)]
@@ -51,6 +53,7 @@ def rows_by(out, student):
 
 UNWRITTEN_OUTPUT = """
 import torch
+
 torch.use_deterministic_algorithms(False)  # the grader turns the fill of fresh memory back on before each check
 def scaled_add(x, y, alpha, out=None):
     if out is not None:  # right when given out= (the check's first case)

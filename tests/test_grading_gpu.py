@@ -10,7 +10,8 @@ import torch
 from tests.test_grading import LESSON, load, rows_by, run_grader, with_source
 from tests.test_tamper import RESETS_PEAK, _append
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: needs a GPU")
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: needs a GPU"),
+              pytest.mark.xdist_group("grading_gpu")]
 
 OUT_OF_BOUNDS = """
 import torch

@@ -14,6 +14,8 @@ from autograder import ROOT, course_env
 from autograder.sandbox import kill_tree
 from tests.test_grading import run_grader
 
+pytestmark = pytest.mark.xdist_group("grading_scale")  # its module fixtures are built once, on one worker
+
 LESSONS = "00_first_kernel,01_model_states"
 STUDENTS = 6
 

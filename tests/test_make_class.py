@@ -14,6 +14,8 @@ from autograder import course_env
 from autograder.notebook_loader import cell_source, lesson_of, read_notebook
 from tools import make_class
 
+pytestmark = pytest.mark.xdist_group("make_class")  # its module fixtures are built once, on one worker
+
 ROOT = Path(__file__).resolve().parent.parent
 STUDENTS = 10
 

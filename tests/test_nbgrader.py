@@ -9,6 +9,8 @@ import pytest
 
 from autograder.checks import checks_for
 
+pytestmark = pytest.mark.xdist_group("nbgrader")  # its module fixtures are built once, on one worker
+
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = "00_first_kernel"
 pytest.importorskip("nbgrader", reason="skipped: nbgrader is not installed (make test installs it)")

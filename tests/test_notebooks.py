@@ -75,9 +75,10 @@ def test_saved_library_code_is_the_reference_without_markers():
 
 @pytest.mark.parametrize("lesson", [p.stem for p in SOLUTIONS])
 def test_solution_runs_top_to_bottom(lesson):
-    """Every cell, demos included, runs without Jupyter. (Its time is reported, not asserted: the budget of
-    3 minutes on a 2-core CPU and 1 minute on a GPU is recorded with the benchmarks.)"""
-    proc = subprocess.run([sys.executable, "-m", "tools.run_notebook", f"solutions/{lesson}.ipynb"], cwd=ROOT,
+    """Every cell, demos included, runs without Jupyter, as the learner's notebook holds them: the hidden tests
+    left out (test_checks_*'s test_reference_passes_every_case runs every case). Its time is reported, not
+    asserted: benchmarks.notebook_times measures it in a Jupyter kernel (benchmarks/results/)."""
+    proc = subprocess.run([sys.executable, "-m", "tools.run_notebook", "--visible-only", f"solutions/{lesson}.ipynb"], cwd=ROOT,
                           env=course_env(MPLBACKEND="Agg"), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stderr.strip().splitlines()[-1])

@@ -11,6 +11,8 @@ from autograder.checks.activations import PEAK_CASES, check_predict_peak
 from memfit.from_lessons import activations as reference_code
 from tests.mutants import activations as mutants
 
+pytestmark = pytest.mark.xdist_group("references")  # its module fixtures are built once, on one worker
+
 
 CASES = len({case for kind in ("visible", "hidden") for case in PEAK_CASES[kind]})  # the measurements recorded
 

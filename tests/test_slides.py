@@ -16,6 +16,8 @@ from autograder import ROOT
 from slides import build as slides_build
 from slides.deck import DeckError, parse
 
+pytestmark = pytest.mark.xdist_group("slides")  # its module fixtures are built once, on one worker
+
 DECKS = slides_build.deck_names()
 
 

@@ -13,6 +13,8 @@ import pytest
 from autograder.checks import first_kernel as checks
 from tests.test_grading import LESSON, cell_index, code_cell, load, rows_by, run_grader, with_source
 
+pytestmark = pytest.mark.xdist_group("tamper")  # its module fixtures are built once, on one worker
+
 WRONG_SCALED_ADD = """
 import torch
 def scaled_add(x, y, alpha, out=None):
@@ -25,6 +27,7 @@ def scaled_add(x, y, alpha, out=None):
 
 FRAME_THIEF = """
 import sys, inspect, gc, torch
+
 def _steal(x, frames):
     for f in frames:
         for name in ("torch_same", "exact", "expected", "want"):

@@ -27,6 +27,7 @@ from autograder import ROOT  # noqa: E402
 from autograder.checks import lesson_topic  # noqa: E402
 from autograder.notebook_loader import load_solution  # noqa: E402
 from memfit.hardware import config, profile_for  # noqa: E402
+from memfit.runtime import cpu_share  # noqa: E402
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
 
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
     # Compiling is CPU-bound (LLVM, ptxas): one worker per core, results printed in job order.
     # Spawned, not forked: loading a solution notebook on a GPU machine initialises CUDA, which a fork cannot.
     spawn = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=spawn) as pool:
+    with concurrent.futures.ProcessPoolExecutor(max_workers=cpu_share(), mp_context=spawn) as pool:
         for (_, _, name, _), (label, shared, error) in zip(jobs, pool.map(_compile_job, *zip(*jobs))):
             if shared is None:
                 print(f"FAIL {label}: does not compile: {error}")

@@ -75,7 +75,8 @@ if __name__ == "__main__":
     os.environ.setdefault("MEMFIT_GRADING", "1")
     import memfit  # noqa: F401  (decides TRITON_INTERPRET before the reference code imports triton)
     from autograder import sandbox
-    sandbox.limit_threads(int(os.environ.get("MEMFIT_THREADS", "0")) or os.cpu_count() or 1)
+    from memfit.runtime import cpu_share
+    sandbox.limit_threads(int(os.environ.get("MEMFIT_THREADS", "0")) or cpu_share())
     sandbox.fill_uninitialized_memory()  # as in the grading child, so that a value measured here equals one measured there
     from autograder.checks import references  # the module the checks import, not this __main__ copy of it
     print(f"{sys.argv[1]}: {references.record(sys.argv[1], sys.argv[2])} reference values saved")
