@@ -14,3 +14,24 @@ def test_kernels_compile_for_t4_and_v100():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert report and all(line.startswith("ok") for line in report)
     assert any("sm_75" in line for line in report) and any("sm_70" in line for line in report)
+
+
+def test_a_lesson_report_compiles_the_learners_own_kernels(tmp_path):
+    """Lesson 06's compile report, from the notebook's folder: the stubs of lessons/ fail to compile and the
+    report says so; the solution's kernels compile; without the file the reference is compiled and named."""
+    from tools.compile_report import compile_report
+    import os
+    here = os.getcwd()
+    try:
+        os.chdir(ROOT / "lessons")
+        stubs = compile_report("06_fused_linear_ce.ipynb", dtypes=["fp16"])
+        os.chdir(ROOT / "solutions")
+        solution = compile_report("06_fused_linear_ce.ipynb", dtypes=["fp16"])
+        os.chdir(tmp_path)
+        absent = compile_report("06_fused_linear_ce.ipynb", dtypes=["fp16"])
+    finally:
+        os.chdir(here)
+    assert stubs.startswith("your kernels, from") and "lessons/06_fused_linear_ce.ipynb" in stubs
+    assert "FAIL" in stubs and "still the stub" in stubs and "[fp32]" not in stubs
+    assert solution.startswith("your kernels") and "FAIL" not in solution and solution.count("ok ") == 4
+    assert absent.startswith("the course's reference kernels") and absent.count("ok ") == 4

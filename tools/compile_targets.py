@@ -1,9 +1,11 @@
 """Compile every reference kernel for the small GPUs, on any machine (no GPU needed).
 
-    python -m tools.compile_targets [--profiles t4 v100 ...] [--lessons 06_fused_linear_ce ...]
+    python -m tools.compile_targets [--profiles t4 v100 ...] [--lessons 06_fused_linear_ce ...] [--dtypes fp16]
+    python -m tools.compile_targets --notebook 05_flash_attention.ipynb [--dtypes fp16]
 
 For each lesson's KERNELS (autograder/checks/<topic>.py), loads the kernel from its solution
-notebook, takes the config memfit.hardware chooses for the profile, compiles it with
+notebook (or, with --notebook, from that notebook as last saved: a learner's own kernels, which a
+lesson's compile report names), takes the config memfit.hardware chooses for the profile, compiles it with
 triton.compile(..., target=GPUTarget("cuda", sm, 32)) and compares the shared memory the compiled
 kernel needs with the card's limit. Prints one line per kernel x profile x dtype; exit 1 if any
 fails to compile or does not fit.
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import functools
+import io
 import multiprocessing
 import os
 import sys
@@ -25,7 +29,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from autograder import ROOT  # noqa: E402
 from autograder.checks import lesson_topic  # noqa: E402
-from autograder.notebook_loader import load_solution  # noqa: E402
+from autograder.notebook_loader import NotebookError, lesson_of, load_notebook, load_solution, read_notebook  # noqa: E402
 from memfit.hardware import config, profile_for  # noqa: E402
 from memfit.runtime import cpu_share  # noqa: E402
 
@@ -55,39 +59,59 @@ def compile_one(fn, spec, prof, dtype: str) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _solution(lesson: str):
-    return load_solution(lesson)
+def _kernels_of(lesson: str, notebook: str | None):
+    """The module holding the lesson's kernels: its solution, or the given notebook's graded code."""
+    if notebook is None:
+        return load_solution(lesson)
+    with contextlib.redirect_stdout(io.StringIO()):  # the notebook's prints are for its reader
+        return load_notebook(notebook, cell_timeout_s=None).module
 
 
-def _compile_job(lesson: str, index: int, name: str, dtype: str) -> tuple[str, int | None, str]:
+def _compile_job(lesson: str, index: int, name: str, dtype: str, notebook: str | None) -> tuple[str, int | None, str]:
     """(label, shared bytes or None, error): one kernel x profile x dtype, in a worker process."""
     spec = dict(lessons_with_kernels())[lesson][index]
     prof = profile_for(name)
     variant = f" {spec.variant}" if spec.variant else ""
     label = f"{lesson} {spec.kernel}{variant} [{dtype}] on {name} (sm_{prof.capability[0]}{prof.capability[1]})"
     try:
-        return label, compile_one(getattr(_solution(lesson), spec.kernel), spec, prof, dtype), ""
+        kernel = getattr(_kernels_of(lesson, notebook), spec.kernel, None)
+        if kernel is None:
+            return label, None, f"the notebook defines no {spec.kernel}"
+        return label, compile_one(kernel, spec, prof, dtype), ""
     except Exception as exc:  # noqa: BLE001
-        return label, None, f"{type(exc).__name__}: {str(exc)[:300]}"
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        why = f"{type(exc).__name__}: {lines[-1][:200] if lines else ''}"  # Triton's last line says why
+        return label, None, why + (" (still the stub: write the kernel first)" if why.endswith("type: Raise") else "")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", nargs="+", default=["t4", "v100"])
-    parser.add_argument("--lessons", nargs="+", help="only these lessons' kernels (a notebook's own report)")
+    parser.add_argument("--lessons", nargs="+", help="only these lessons' kernels")
+    parser.add_argument("--notebook", help="compile this notebook's kernels (its lesson's), as last saved")
+    parser.add_argument("--dtypes", nargs="+", help="only these dtypes (fp16, fp32)")
     args = parser.parse_args(argv)
     known = dict(lessons_with_kernels())
+    notebook = None
+    if args.notebook:
+        try:
+            args.lessons = [lesson_of(read_notebook(args.notebook), args.notebook)]
+        except NotebookError as exc:
+            parser.error(str(exc))
+        notebook = os.path.abspath(args.notebook)
     unknown = sorted(set(args.lessons or ()) - set(known))
     if unknown:
         parser.error(f"no kernels in lesson {', '.join(unknown)}; lessons with kernels: {', '.join(known)}")
-    jobs = [(lesson, i, name, dtype) for lesson, kernels in known.items() if not args.lessons or lesson in args.lessons
-            for i, spec in enumerate(kernels) for name in args.profiles for dtype in spec.dtypes]
+    jobs = [(lesson, i, name, dtype, notebook) for lesson, kernels in known.items()
+            if not args.lessons or lesson in args.lessons
+            for i, spec in enumerate(kernels) for name in args.profiles for dtype in spec.dtypes
+            if not args.dtypes or dtype in args.dtypes]
     failures = 0
     # Compiling is CPU-bound (LLVM, ptxas): one worker per core, results printed in job order.
     # Spawned, not forked: loading a solution notebook on a GPU machine initialises CUDA, which a fork cannot.
     spawn = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=cpu_share(), mp_context=spawn) as pool:
-        for (_, _, name, _), (label, shared, error) in zip(jobs, pool.map(_compile_job, *zip(*jobs))):
+        for (_, _, name, _, _), (label, shared, error) in zip(jobs, pool.map(_compile_job, *zip(*jobs))):
             if shared is None:
                 print(f"FAIL {label}: does not compile: {error}")
                 failures += 1

@@ -30,6 +30,7 @@ def run(path: str, visible_only: bool = False) -> float:
     module.__file__ = str(path)
     sys.modules[module.__name__] = module
     namespace = module.__dict__
+    os.chdir(os.path.dirname(os.path.abspath(path)))  # where Jupyter runs a notebook: a cell may open its own file
     start = time.perf_counter()
     for i, cell in enumerate(read_notebook(path)["cells"], 1):
         if cell["cell_type"] != "code":
@@ -46,7 +47,7 @@ def main(argv=None) -> int:
     parser.add_argument("notebooks", nargs="+")
     parser.add_argument("--visible-only", action="store_true", help="leave out the hidden tests, as lessons/ does")
     args = parser.parse_args(argv)
-    for path in args.notebooks:
+    for path in map(os.path.abspath, args.notebooks):  # each run moves to its notebook's folder
         seconds = run(path, args.visible_only)
         print(f"{path}: ran top to bottom in {seconds:.1f} s", file=sys.stderr)
     return 0
