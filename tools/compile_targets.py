@@ -79,9 +79,20 @@ def _compile_job(lesson: str, index: int, name: str, dtype: str, notebook: str |
             return label, None, f"the notebook defines no {spec.kernel}"
         return label, compile_one(kernel, spec, prof, dtype), ""
     except Exception as exc:  # noqa: BLE001
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        why = f"{type(exc).__name__}: {lines[-1][:200] if lines else ''}"  # Triton's last line says why
-        return label, None, why + (" (still the stub: write the kernel first)" if why.endswith("type: Raise") else "")
+        return label, None, _why(exc, prof)
+
+
+def _why(exc: Exception, prof) -> str:
+    """One line: Triton's last line says why; ptxas's says how to rerun it, so its error line is taken instead."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and "Repro command" not in line]
+    errors = [line for line in lines if "error" in line.lower()]
+    why = f"{type(exc).__name__}: {(errors or lines or [''])[-1][:200]}"
+    if why.endswith("type: Raise"):
+        why += " (still the stub: write the kernel first)"
+    elif type(exc).__name__ == "PTXASError" and prof.capability < (7, 5):
+        why += (" (CUDA 13's ptxas no longer builds for Volta: compiling for a V100 needs a CUDA 12 ptxas "
+                "(triton's own wheel ships one))")
+    return why
 
 
 def main(argv=None) -> int:
