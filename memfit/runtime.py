@@ -32,3 +32,7 @@ def cpu_share() -> int:
     runner gives each of its workers a share), else every core. Thread pools sized past it oversubscribe the
     machine, and PyTorch's CPU kernels then run many times slower."""
     return max(1, int(os.environ.get("MEMFIT_CPUS", "0")) or os.cpu_count() or 1)
+
+
+if os.environ.get("MEMFIT_CPUS"):  # a share given out (make test's workers and whatever they start): keep to it
+    torch.set_num_threads(cpu_share())

@@ -87,7 +87,7 @@ def _why(exc: Exception, prof) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip() and "Repro command" not in line]
     errors = [line for line in lines if "error" in line.lower()]
     why = f"{type(exc).__name__}: {(errors or lines or [''])[-1][:200]}"
-    if why.endswith("type: Raise"):
+    if "NotImplementedError" in str(exc) or "node type: Raise" in str(exc):
         why += " (still the stub: write the kernel first)"
     elif type(exc).__name__ == "PTXASError" and prof.capability < (7, 5):
         why += (" (CUDA 13's ptxas no longer builds for Volta: compiling for a V100 needs a CUDA 12 ptxas "
