@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def compile_report(notebook: str, dtypes: list[str] | None = None) -> str:
+def compile_report(notebook: str, dtypes: list[str] | None = None, variants: list[str] | None = None) -> str:
     mine = os.path.abspath(notebook)
     lesson = Path(notebook).stem
     if os.path.exists(mine):
@@ -25,6 +25,7 @@ def compile_report(notebook: str, dtypes: list[str] | None = None) -> str:
     else:
         command, heading = ["--lessons", lesson], f"the course's reference kernels (no {notebook} here):"
     command += ["--dtypes", *dtypes] if dtypes else []
+    command += ["--variants", *variants] if variants else []
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     run = subprocess.run([sys.executable, "-m", "tools.compile_targets", *command], cwd=ROOT, env=env,
                          capture_output=True, text=True)

@@ -1,7 +1,7 @@
 """Compile every reference kernel for the small GPUs, on any machine (no GPU needed).
 
     python -m tools.compile_targets [--profiles t4 v100 ...] [--lessons 06_fused_linear_ce ...] [--dtypes fp16]
-    python -m tools.compile_targets --notebook 05_flash_attention.ipynb [--dtypes fp16]
+    python -m tools.compile_targets --notebook 05_flash_attention.ipynb [--dtypes fp16] [--variants d128]
 
 For each lesson's KERNELS (autograder/checks/<topic>.py), loads the kernel from its solution
 notebook (or, with --notebook, from that notebook as last saved: a learner's own kernels, which a
@@ -101,6 +101,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lessons", nargs="+", help="only these lessons' kernels")
     parser.add_argument("--notebook", help="compile this notebook's kernels (its lesson's), as last saved")
     parser.add_argument("--dtypes", nargs="+", help="only these dtypes (fp16, fp32)")
+    parser.add_argument("--variants", nargs="+", help="only these config variants (lesson 05: d64, d128)")
     args = parser.parse_args(argv)
     known = dict(lessons_with_kernels())
     notebook = None
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
     jobs = [(lesson, i, name, dtype, notebook) for lesson, kernels in known.items()
             if not args.lessons or lesson in args.lessons
             for i, spec in enumerate(kernels) for name in args.profiles for dtype in spec.dtypes
-            if not args.dtypes or dtype in args.dtypes]
+            if (not args.dtypes or dtype in args.dtypes) and (not args.variants or spec.variant in args.variants)]
     failures = 0
     # Compiling is CPU-bound (LLVM, ptxas): one worker per core, results printed in job order.
     # Spawned, not forked: loading a solution notebook on a GPU machine initialises CUDA, which a fork cannot.
