@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from autograder import ROOT, course_env
+
 NOTEBOOK_BUDGET_S = 120.0
 CELL_BUDGET_S = 30.0
 
@@ -58,7 +59,7 @@ def time_notebook(path: Path, warm: bool) -> dict:
                           first_line=first_line(cell.source)))
 
     with tempfile.TemporaryDirectory() as caches:
-        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), MPLBACKEND="Agg")
+        env = course_env(MPLBACKEND="Agg")
         if not warm:
             env.update(TRITON_CACHE_DIR=f"{caches}/triton", TORCHINDUCTOR_CACHE_DIR=f"{caches}/inductor")
         saved = dict(os.environ)

@@ -17,20 +17,12 @@ def test_kernels_compile_for_t4_and_v100():
 
 
 def test_a_lesson_report_compiles_the_learners_own_kernels(tmp_path):
-    """Lesson 06's compile report, from the notebook's folder: the stubs of lessons/ fail to compile and the
+    """Lesson 06's compile report (a notebook cell passes its own file's name): the stubs of lessons/ fail to compile and the
     report says so; the solution's kernels compile; without the file the reference is compiled and named."""
     from tools.compile_report import compile_report
-    import os
-    here = os.getcwd()
-    try:
-        os.chdir(ROOT / "lessons")
-        stubs = compile_report("06_fused_linear_ce.ipynb", dtypes=["fp16"])
-        os.chdir(ROOT / "solutions")
-        solution = compile_report("06_fused_linear_ce.ipynb", dtypes=["fp16"])
-        os.chdir(tmp_path)
-        absent = compile_report("06_fused_linear_ce.ipynb", dtypes=["fp16"])
-    finally:
-        os.chdir(here)
+    stubs = compile_report(str(ROOT / "lessons" / "06_fused_linear_ce.ipynb"), dtypes=["fp16"])
+    solution = compile_report(str(ROOT / "solutions" / "06_fused_linear_ce.ipynb"), dtypes=["fp16"])
+    absent = compile_report(str(tmp_path / "06_fused_linear_ce.ipynb"), dtypes=["fp16"])
     assert stubs.startswith("your kernels, from") and "lessons/06_fused_linear_ce.ipynb" in stubs
     assert "FAIL" in stubs and "still the stub" in stubs and "[fp32]" not in stubs
     assert solution.startswith("your kernels") and "FAIL" not in solution and solution.count("ok ") == 4

@@ -53,7 +53,6 @@ def rows_by(out, student):
 
 UNWRITTEN_OUTPUT = """
 import torch
-
 torch.use_deterministic_algorithms(False)  # the grader turns the fill of fresh memory back on before each check
 def scaled_add(x, y, alpha, out=None):
     if out is not None:  # right when given out= (the check's first case)

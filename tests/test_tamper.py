@@ -27,7 +27,6 @@ def scaled_add(x, y, alpha, out=None):
 
 FRAME_THIEF = """
 import sys, inspect, gc, torch
-
 def _steal(x, frames):
     for f in frames:
         for name in ("torch_same", "exact", "expected", "want"):

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from autograder import ROOT, course_env
 
 
 def compile_report(notebook: str, dtypes: list[str] | None = None, variants: list[str] | None = None) -> str:
@@ -26,8 +26,7 @@ def compile_report(notebook: str, dtypes: list[str] | None = None, variants: lis
         command, heading = ["--lessons", lesson], f"the course's reference kernels (no {notebook} here):"
     command += ["--dtypes", *dtypes] if dtypes else []
     command += ["--variants", *variants] if variants else []
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    run = subprocess.run([sys.executable, "-m", "tools.compile_targets", *command], cwd=ROOT, env=env,
+    run = subprocess.run([sys.executable, "-m", "tools.compile_targets", *command], cwd=ROOT, env=course_env(),
                          capture_output=True, text=True)
     lines = [line for line in run.stdout.splitlines() if line.startswith(("ok", "FAIL"))]
     return "\n".join([heading, *lines]) if lines else f"tools.compile_targets failed:\n{run.stderr[-2000:]}"
