@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import ROOT, course_env, feedback, gradebook, sandbox
-from autograder.checks import Check, checks_for
+from autograder.checks import Check, checks_for, time_limit
 from autograder.forkserver import ForkedChild, ForkServer, ForkServerError
 from autograder.child import EXIT_CUDA_ERROR, verify
 from autograder.gradebook import Row
@@ -54,7 +54,7 @@ class Settings:
     workers: int
     limits: sandbox.Limits
     gpus: list[str]  # CUDA device ids, one worker each (several workers share a GPU round-robin)
-    check_timeout_s: float | None = None  # overrides every check's own limit (MEMFIT_CHECK_TIMEOUT_S)
+    check_timeout_s: str | None = None  # overrides checks' own limits (MEMFIT_CHECK_TIMEOUT_S: checks.time_limit)
     cell_timeout_s: float = 60.0
     out_dir: Path = Path("grades")
     references: dict[str, Path] = field(default_factory=dict)  # lesson -> its values of autograder.checks.references
@@ -79,8 +79,7 @@ def settings_for(workers: int, out_dir: Path, memory_gib: float | None = None) -
     limits = sandbox.Limits(memory_bytes=memory, cpu_seconds=None,
                             gpu_fraction=round(0.95 / per_gpu, 3) if gpus else None,
                             threads=max(1, cpu_share() // workers))
-    timeout = os.environ.get("MEMFIT_CHECK_TIMEOUT_S")
-    return Settings(workers, limits, gpus, float(timeout) if timeout else None,
+    return Settings(workers, limits, gpus, os.environ.get("MEMFIT_CHECK_TIMEOUT_S") or None,
                     float(os.environ.get("MEMFIT_CELL_TIMEOUT_S", 60)), out_dir,
                     fork_server=not gpus and os.environ.get(FORK_SERVER_ENV) != "0")
 
@@ -191,7 +190,7 @@ def run_child(notebook: Path, lesson: str, checks: list[Check], settings: Settin
     """Run `checks` of one notebook in one child. Returns {check: (status, message)} and why it stopped early."""
     key = os.urandom(32)
     limits = settings.limits
-    budget = LOAD_ALLOWANCE_S + sum(settings.check_timeout_s or c.timeout_s for c in checks)
+    budget = LOAD_ALLOWANCE_S + sum(time_limit(c, settings.check_timeout_s) for c in checks)
     limits = sandbox.Limits(limits.memory_bytes, int(CPU_TIME_FACTOR * limits.threads * budget) + 60,
                             limits.gpu_fraction, limits.threads)
     env = child_env(settings, gpu)
@@ -304,7 +303,7 @@ def _running(checks: list[Check], results: dict, started: set | None = None) -> 
 
 def _watch(proc, fd, key, checks, settings, results, on_result) -> Stop | None:
     """Read the child's signed lines until it exits; stop it when a limit is passed."""
-    limit_of = {c.name: settings.check_timeout_s or c.timeout_s for c in checks}
+    limit_of = {c.name: time_limit(c, settings.check_timeout_s) for c in checks}
     started: set[str] = set()
     loaded, current, since = False, None, time.monotonic()
     buffer = b""

@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LESSON = "00_first_kernel"
 CHECKS = [c.name for c in checks_for(LESSON)]
 CPU_POINTS = sum(c.points for c in checks_for(LESSON) if not c.needs_gpu)
+# Time limits: 45 s for a check of the Triton interpreter on a busy machine; 10 s for bytes_of, a formula that takes
+# milliseconds, where the hanging students hang (each hang costs its whole limit).
+CHECK_LIMITS = "45,bytes_of=10"
 
 
 def load(folder):
@@ -108,7 +111,7 @@ def class_run(tmp_path_factory):
     (subs / "no_notebooks" / "notes.txt").write_text("forgot to upload")
     out = tmp_path_factory.mktemp("grades")
     proc = run_grader("--submissions", subs, "--workers", 2, "--out", out,
-                      MEMFIT_CHECK_TIMEOUT_S="45", MEMFIT_CELL_TIMEOUT_S="5")
+                      MEMFIT_CHECK_TIMEOUT_S=CHECK_LIMITS, MEMFIT_CELL_TIMEOUT_S="5")
     return proc, out, subs
 
 
@@ -152,8 +155,16 @@ def test_a_broken_extra_cell_costs_nothing_else(class_run, student):
 
 def test_hanging_function_times_out_alone(class_run):
     rows = rows_by(class_run[1], "hanging_function")
-    assert rows["bytes_of"]["status"] == "timeout" and "did not finish within 45 s" in rows["bytes_of"]["message"]
+    assert rows["bytes_of"]["status"] == "timeout" and "did not finish within 10 s" in rows["bytes_of"]["message"]
     assert rows["scaled_add_numerics"]["status"] == "passed"
+
+
+def test_time_limits_are_overridden_for_every_check_or_by_name():
+    from autograder.checks import time_limit
+    bytes_of, numerics = (next(c for c in checks_for(LESSON) if c.name == n) for n in ("bytes_of", "scaled_add_numerics"))
+    assert time_limit(numerics) == numerics.timeout_s and time_limit(numerics, "") == numerics.timeout_s
+    assert [time_limit(c, CHECK_LIMITS) for c in (bytes_of, numerics)] == [10, 45]
+    assert [time_limit(c, "bytes_of=3") for c in (bytes_of, numerics)] == [3, numerics.timeout_s]
 
 
 def test_exit_inside_a_function_is_an_error_of_its_checks(class_run):
@@ -210,7 +221,7 @@ def test_a_fresh_interpreter_grades_as_the_fork_server_does(class_run, tmp_path)
         (subs / student / f"{LESSON}.ipynb").write_bytes((class_run[2] / student / f"{LESSON}.ipynb").read_bytes())
     out = tmp_path / "grades"
     proc = run_grader("--submissions", subs, "--workers", 2, "--out", out, MEMFIT_FORK_SERVER="0",
-                      MEMFIT_CHECK_TIMEOUT_S="45", MEMFIT_CELL_TIMEOUT_S="5")
+                      MEMFIT_CHECK_TIMEOUT_S=CHECK_LIMITS, MEMFIT_CELL_TIMEOUT_S="5")
     assert proc.returncode == 0, proc.stderr[-2000:]
     for student in students:
         fresh, forked = rows_by(out, student), rows_by(class_run[1], student)

@@ -19,9 +19,12 @@ CASES = len({case for kind in ("visible", "hidden") for case in PEAK_CASES[kind]
 
 @pytest.fixture
 def fresh_values():
-    saved = dict(references._VALUES)
+    """No values, and none kept when computed (as in a notebook or a grading child; the test workers keep them)."""
+    saved, kept = dict(references._VALUES), references._recording
     references._VALUES.clear()
+    references.keep_computed(False)
     yield references._VALUES
+    references.keep_computed(kept)
     references._VALUES.clear()
     references._VALUES.update(saved)
 

@@ -57,6 +57,16 @@ class Check:
     references: bool = False  # asks autograder.checks.references for values computed once per class
 
 
+def time_limit(check: Check, override: str | None = None) -> float:
+    """The check's limit in seconds: its own, or the override's (MEMFIT_CHECK_TIMEOUT_S): "45" sets every check's,
+    "45,bytes_of=10" every check's but bytes_of's, "bytes_of=10" that one check's alone."""
+    limits: dict[str, float] = {}
+    for part in filter(None, (override or "").replace(" ", "").split(",")):
+        name, _, seconds = part.rpartition("=")
+        limits[name] = float(seconds)
+    return limits.get(check.name, limits.get("", check.timeout_s))
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """A reference Triton kernel that must compile for every profile (T4 and V100 included)

@@ -35,6 +35,13 @@ def reference(key: str, compute: Callable[[], Any]) -> Any:
     return value
 
 
+def keep_computed(keep: bool = True) -> None:
+    """Keep every value computed in place from now on, for the rest of this process, as `record` does. The test
+    workers do: many tests grade a right or wrong entry of the same check, and the values do not depend on it."""
+    global _recording
+    _recording = keep
+
+
 def load(path: str | Path) -> int:
     """Load the values a trusted process saved (before the notebook runs); returns how many."""
     with open(path, "rb") as f:
@@ -47,16 +54,16 @@ def load(path: str | Path) -> int:
 
 def record(lesson: str, path: str | Path) -> int:
     """Run the lesson's checks marked references=True on its reference code; save every value they asked for."""
-    global _recording
     from autograder.checks import checks_for
     reference_code = __import__(f"memfit.from_lessons.{lesson.split('_', 1)[1]}", fromlist=["*"])
-    _recording = True
+    kept = _recording
+    keep_computed(True)
     try:
         for check in checks_for(lesson):
             if check.references:
                 check.run(*[getattr(reference_code, name) for name in check.uses], cases="all")
     finally:
-        _recording = False
+        keep_computed(kept)
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
