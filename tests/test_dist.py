@@ -21,15 +21,31 @@ def _ours(pid: str) -> bool:
         return False
 
 
+def _command(pid: str) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def _parent(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    except (OSError, IndexError):
+        return ""
+
+
 def rank_processes() -> list[str]:
+    """Ranks still alive: fresh interpreters (python -m memfit.dist) and forks of the rank server (children of a
+    python -m memfit.rank_server; the server itself stays, for the next world)."""
     found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"memfit.dist" in args and _ours(cmdline.parent.name):
-            found.append(cmdline.parent.name)
+    for proc in Path("/proc").glob("[0-9]*"):
+        pid = proc.name
+        args = _command(pid)
+        rank = b"memfit.dist" in args or (b"memfit.rank_server" in args and
+                                          b"memfit.rank_server" in _command(_parent(pid)))
+        if rank and _ours(pid):
+            found.append(pid)
     return found
 
 
@@ -88,7 +104,8 @@ def test_all_reduce_on_two_nccl_ranks():
 
 
 def child_processes() -> list[str]:
-    """Live processes whose parent is this test process (forked ranks keep their parent's command line)."""
+    """Live processes whose parent is this test process (forked ranks keep their parent's command line), but for
+    the rank server, which stays for the next world."""
     import os
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -96,7 +113,8 @@ def child_processes() -> list[str]:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z":
+        if int(fields[1]) == os.getpid() and fields[0] != "Z" and \
+                b"memfit.rank_server" not in _command(stat.parent.name):
             found.append(stat.parent.name)
     return found
 
