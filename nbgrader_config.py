@@ -2,7 +2,7 @@
 
 solutions/NN_topic.ipynb is flat, while nbgrader wants <root>/source/<assignment>/<notebook>.
 `make lessons` (tools/make_lessons.py) copies each solution into build/nbgrader/source/NN_topic/
-and runs `nbgrader generate_assignment` there; lessons/NN_topic.ipynb is nbgrader's release.
+and runs nbgrader's generate_assignment there; lessons/NN_topic.ipynb is nbgrader's release.
 Instructors who drive the course through nbgrader run its commands from the repository root:
 
     nbgrader generate_assignment 00_first_kernel

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -50,18 +49,24 @@ def dumps(nb: dict) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def generate(lesson: str, root: Path) -> dict:
-    """nbgrader's release of one solution notebook, normalized."""
-    source = root / "source" / lesson
-    source.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ROOT / "solutions" / f"{lesson}.ipynb", source / f"{lesson}.ipynb")
-    env = nbgrader_env(root)
-    proc = subprocess.run(nbgrader_command() + ["generate_assignment", lesson, "--force", "--log-level=WARN"],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"nbgrader generate_assignment {lesson} failed:\n{proc.stdout}\n{proc.stderr}")
-    release = root / "release" / lesson / f"{lesson}.ipynb"
-    return normalize(json.loads(release.read_text()))
+def releaser(root: Path):
+    """nbgrader's generate_assignment in this process, for a course rooted at `root` (one start of nbgrader for
+    every lesson: a start is seconds): generate(lesson) -> the release of one solution notebook, normalized."""
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config.loader import PyFileConfigLoader
+    os.environ.update(nbgrader_env(root))  # nbgrader_config.py reads the root from it; alembic comes from PATH
+    api = NbGraderAPI(config=PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config())
+
+    def generate(lesson: str) -> dict:
+        source = root / "source" / lesson
+        source.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "solutions" / f"{lesson}.ipynb", source / f"{lesson}.ipynb")
+        result = api.generate_assignment(lesson, force=True)
+        if not result["success"]:
+            raise SystemExit(f"nbgrader generate_assignment {lesson} failed:\n{result.get('log', '')}\n"
+                             f"{result.get('error', '')}")
+        return normalize(json.loads((root / "release" / lesson / f"{lesson}.ipynb").read_text()))
+    return generate
 
 
 SAVE_MARK = "#@save"
@@ -101,8 +106,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     stale = []
     with tempfile.TemporaryDirectory(prefix="nbgrader-") as tmp:
+        generate = releaser(Path(tmp))
         for lesson in lessons():
-            text = dumps(generate(lesson, Path(tmp)))
+            text = dumps(generate(lesson))
             target = ROOT / "lessons" / f"{lesson}.ipynb"
             if target.exists() and target.read_text() == text:
                 continue
