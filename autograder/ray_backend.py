@@ -1,7 +1,8 @@
 """make grade ... BACKEND=ray: the same grading, one Ray task per student x lesson.
 
 Each task carries the notebook's bytes, so the node that runs it needs no shared folder of submissions; it runs
-autograder.runner.grade_notebook there, which starts the same sandboxed child process as a local run. The
+the runner's grade_file there (passed in, so that this module does not import the runner that imports it), which
+starts the same sandboxed child process as a local run. The
 driver (this process) writes every row to the gradebook as its task finishes, so an interrupted run resumes
 exactly as a local one does.
 
@@ -21,18 +22,21 @@ from autograder import ROOT
 from autograder.gradebook import Row
 
 
-def _grade_task(student: str, lesson: str, name: str, data: bytes, problem: str | None, fingerprint: str, settings):
-    """Runs on a Ray worker: the notebook from its bytes, graded by the local runner."""
-    from autograder.runner import Job, _checks_or_none, grade_notebook
+def _grade_task(grade_file, student: str, lesson: str, name: str, data: bytes, problem: str | None,
+                fingerprint: str, settings):
+    """Runs on a Ray worker: the notebook from its bytes, graded by the runner's grade_file."""
     with tempfile.TemporaryDirectory(prefix="ray-grade-") as tmp:
         notebook = Path(tmp) / name
         notebook.write_bytes(data)
-        job = Job(student, notebook, lesson, _checks_or_none(lesson), problem, fingerprint)
         settings.gpus = [os.environ.get("CUDA_VISIBLE_DEVICES", "0")] if settings.gpus else []
-        return [asdict(row) for row in grade_notebook(job, settings, gpu=settings.gpus[0] if settings.gpus else None)]
+        rows = grade_file(student, lesson, notebook, problem, fingerprint, settings,
+                          settings.gpus[0] if settings.gpus else None)
+        return [asdict(row) for row in rows]
 
 
-def grade_on_ray(jobs, settings, progress, record, address: str | None = None) -> None:
+def grade_on_ray(jobs, settings, progress, record, grade_file, address: str | None = None) -> None:
+    """Grade `jobs` as Ray tasks, each running grade_file(student, lesson, notebook, problem, fingerprint, settings,
+    gpu) -> rows on its node; record(job) as each finishes."""
     try:
         import ray
     except ImportError:
@@ -52,7 +56,8 @@ def grade_on_ray(jobs, settings, progress, record, address: str | None = None) -
                 data = job.notebook.read_bytes()
             except OSError:
                 data = b""
-            ref = task.remote(job.student, job.lesson, job.notebook.name, data, job.problem, job.fingerprint, settings)
+            ref = task.remote(grade_file, job.student, job.lesson, job.notebook.name, data, job.problem,
+                              job.fingerprint, settings)
             pending[ref] = job
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)

@@ -359,6 +359,12 @@ def _watch(proc, fd, key, checks, settings, results, on_result) -> Stop | None:
                 return None
 
 
+def grade_file(student: str, lesson: str, notebook: Path, problem: str | None, fingerprint: str, settings: Settings,
+               gpu: str | None) -> list[Row]:
+    """Every row of one student x lesson from the notebook at `notebook` (what a Ray task runs on its node)."""
+    return grade_notebook(Job(student, notebook, lesson, _checks_or_none(lesson), problem, fingerprint), settings, gpu)
+
+
 def grade_notebook(job: Job, settings: Settings, gpu: str | None = None, progress=lambda label: None) -> list[Row]:
     """Every row of one student x lesson: children until each check has a result."""
     gpu_here = bool(settings.gpus)
@@ -502,7 +508,7 @@ def grade(students: dict[str, list[Path]], out_dir: Path, workers: int, backend:
     lock = threading.Lock()
     if backend == "ray":
         from autograder.ray_backend import grade_on_ray
-        grade_on_ray(todo, settings, progress, lambda job: record(job, out_dir, lock), ray_address)
+        grade_on_ray(todo, settings, progress, lambda job: record(job, out_dir, lock), grade_file, ray_address)
         return jobs
     slots: queue.Queue = queue.Queue()
     for i in range(settings.workers):
