@@ -108,8 +108,8 @@ def main(argv: list[str], key: bytes | None = None) -> int:
 
     from autograder import sandbox
     from autograder.checks import checks_for
-    import autograder.notebook_loader as loader
-    from autograder.notebook_loader import NotebookError, load_notebook, locked_cell_problems, release_of, test_cell_ids
+    import course.notebook_loader as loader
+    from course.notebook_loader import NotebookError, load_notebook, locked_cell_problems, release_of, test_cell_ids
     from memfit.meter import install_reset_guards
 
     checks = {c.name: c for c in checks_for(lesson)}

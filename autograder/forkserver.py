@@ -118,7 +118,7 @@ def _preload() -> None:
     import torch  # noqa: F401
     import triton  # noqa: F401
     import triton.language  # noqa: F401
-    import autograder.notebook_loader  # noqa: F401
+    import course.notebook_loader  # noqa: F401
     import autograder.checks.references  # noqa: F401
     import memfit.meter, memfit.training  # noqa: F401,E401
     from pathlib import Path

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from autograder import ROOT
+from course import ROOT
 from autograder.gradebook import Row
 
 

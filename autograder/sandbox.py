@@ -24,7 +24,7 @@ import threading
 import types
 from dataclasses import dataclass
 
-from autograder import ROOT
+from course import ROOT
 
 # ================================================================================ the parent's side
 
@@ -149,7 +149,7 @@ _busy = threading.local()
 def _from_notebook(depth: int = 2) -> bool:
     """Does the code that raised this event come from a notebook cell (directly, or through inspect/traceback)?"""
     frame = sys._getframe(depth)  # 0: here, 1: _audit, 2: the code that raised the event (C functions have none)
-    from autograder.notebook_loader import CELL_FILENAME
+    from course.notebook_loader import CELL_FILENAME
     for _ in range(3):
         if frame is None:
             return False
@@ -247,7 +247,8 @@ def _watched_modules() -> list[types.ModuleType]:
              "triton.language", "gc", "sys", "os")
     mods = [sys.modules[n] for n in names if n in sys.modules]
     mods += [m for n, m in list(sys.modules.items())
-             if isinstance(m, types.ModuleType) and (n == "autograder" or n.startswith(("autograder.", "memfit.")))
+             if isinstance(m, types.ModuleType) and (n in ("autograder", "course")
+                                                     or n.startswith(("autograder.", "course.", "memfit.")))
              and not n.startswith("memfit.from_lessons")]
     return mods
 
@@ -280,12 +281,12 @@ def snapshot() -> Snapshot:
     containers included), and every function, class and submodule of the torch/numpy modules they use."""
     snap = {}
     for module in _watched_modules():
-        grader = module.__name__.split(".")[0] in ("autograder", "memfit")
+        grader = module.__name__.split(".")[0] in ("autograder", "course", "memfit")
         for name, value in list(vars(module).items()):
             if name.startswith("__") or not _owned(value, module):
                 continue
             if grader or callable(value) or isinstance(value, types.ModuleType):
-                snap[(module.__name__, name)] = _fingerprint(value, strict=grader and module.__name__.startswith("autograder"))
+                snap[(module.__name__, name)] = _fingerprint(value, strict=grader and module.__name__.split(".")[0] in ("autograder", "course"))
     import torch
     for cls in (torch.Tensor, torch._C.TensorBase):
         for name, value in list(vars(cls).items()):
@@ -315,4 +316,4 @@ def changes(before: Snapshot) -> list[str]:
     """What the notebook changed since `before` ("torch.allclose", "autograder.checks.numerics.RTOL", ...)."""
     now = snapshot()
     return [f"{mod}.{name}" for (mod, name), fp in before.items() if now.get((mod, name)) != fp
-            and not (mod.split(".")[0] not in ("autograder", "memfit") and _library_wrapper(mod, name, fp[0]))]
+            and not (mod.split(".")[0] not in ("autograder", "course", "memfit") and _library_wrapper(mod, name, fp[0]))]

@@ -20,7 +20,8 @@ import memfit  # noqa: F401  (before triton)
 import torch
 import triton
 
-from autograder import ROOT, course_env, gradebook
+from autograder import gradebook
+from course import ROOT, course_env
 LESSON_BENCHMARKS = ["first_kernel", "activations", "kernel_fusion", "flash_attention", "fused_linear_ce", "quantization", "zero"]
 
 

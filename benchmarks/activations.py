@@ -12,7 +12,7 @@ import statistics
 
 import torch
 
-from autograder.notebook_loader import load_solution
+from course.notebook_loader import load_solution
 from memfit.gpt import COURSE_CONFIGS
 from memfit.timing import median_ms
 from memfit.training import Trainer, measure_step, random_batch

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.notebook_loader import load_solution
+from course.notebook_loader import load_solution
 from memfit.meter import measure_peak
 from memfit.timing import median_ms
 

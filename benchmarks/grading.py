@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder import ROOT, course_env
+from course import ROOT, course_env
 from autograder.sandbox import kill_tree
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder import ROOT, course_env
+from course import ROOT, course_env
 
 NOTEBOOK_BUDGET_S = 120.0
 CELL_BUDGET_S = 30.0

@@ -95,7 +95,8 @@ def _forked_worker(fn, tmpdir: str, rank: int, spec: dict, args: dict) -> None:
     # The parent's OpenMP thread pool did not survive the fork, and libgomp hangs if a child enters a
     # parallel region with it: one intra-op thread per rank (DataLoader workers do the same).
     torch.set_num_threads(1)
-    _run_rank(fn, Path(tmpdir), rank, spec, args)
+    from memfit.dist_rank import run_rank
+    run_rank(fn, Path(tmpdir), rank, spec, args)
 
 
 def run_ranks(target: str | Callable, world_size: int, *, backend: str = "gloo", args: dict | None = None,
@@ -233,53 +234,6 @@ def interactive_definitions() -> str | None:
     return "\n\n".join(chunks)
 
 
-def resolve(target: str | dict):
-    """The function or class a target names: "pkg.mod:name", "path/to/notebook.ipynb::name", or
-    {"source": code, "name": name} (what interactive_definitions gives, run in a fresh namespace)."""
-    if isinstance(target, dict):
-        namespace = {"__name__": "interactive_definitions"}
-        exec(compile(target["source"], "<definitions of the notebook>", "exec"), namespace)
-        return namespace[target["name"]]
-    if "::" in target:  # a notebook's function: load the notebook's graded code, as the grader does
-        path, name = target.split("::", 1)
-        from autograder.notebook_loader import load_notebook
-        loaded = load_notebook(path)
-        if not hasattr(loaded.module, name):
-            problems = "; ".join(map(str, loaded.errors)) or "no cell defines it"
-            raise LookupError(f"{path} defines no {name} ({problems})")
-        return getattr(loaded.module, name)
-    module, name = target.split(":", 1)
-    import importlib
-    return getattr(importlib.import_module(module), name)
-
-
-def _worker(tmpdir: str, rank: int) -> None:
-    import memfit  # noqa: F401  (decides TRITON_INTERPRET before anything imports triton)
-
-    spec = json.loads((Path(tmpdir) / "spec.json").read_text())
-    _run_rank(resolve(spec["target"]), Path(tmpdir), rank, spec, spec["args"])
-
-
-def _run_rank(fn, tmpdir: Path, rank: int, spec: dict, args: dict) -> None:
-    import torch
-    import torch.distributed as dist
-    world = spec["world_size"]
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(spec["port"]))
-    if spec["backend"] == "nccl":
-        torch.cuda.set_device(rank)
-    dist.init_process_group(spec["backend"], init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
-                            world_size=world)
-    try:
-        result = fn(rank, world, **args)
-        dist.barrier()  # every rank has returned: the results are final
-        partial = tmpdir / f"rank{rank}.json.partial"
-        partial.write_text(json.dumps(result))
-        partial.replace(tmpdir / f"rank{rank}.json")  # atomic: the launcher never reads half a result
-    finally:
-        dist.destroy_process_group()
-
-
 def demo_all_reduce(rank: int, world_size: int) -> dict:
     """Each rank contributes rank + 1; all receive the sum."""
     import torch
@@ -290,7 +244,8 @@ def demo_all_reduce(rank: int, world_size: int) -> dict:
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1], int(sys.argv[2]))
+    from memfit.dist_rank import worker
+    worker(sys.argv[1], int(sys.argv[2]))
     # The result is written and the process group gone. Skip the interpreter's teardown, where threads
     # of the communication libraries can abort the process ("terminate called without an active exception").
     sys.stdout.flush()

@@ -7,7 +7,7 @@ course and has run nothing since (no tensor, no thread pool, no CUDA), a rank st
 environment and folder. Only on machines without a GPU (a process that forks must not have touched CUDA).
 
     launcher                                     server (python -m memfit.rank_server FD)
-    start(): {tmpdir, rank, env, cwd}   -->      fork; the rank: setsid, rankN.err on 1 and 2, env, memfit.dist._worker
+    start(): {tmpdir, rank, env, cwd}   -->      fork; the rank: setsid, rankN.err on 1 and 2, env, memfit.dist_rank.worker
                                         <--      {"pid": pid}
     poll()/wait():                      <--      {"pid": pid, "code": exit status, negative for a signal}
 """
@@ -144,15 +144,15 @@ def _rank(request: dict) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    from memfit.dist import _worker
-    _worker(request["tmpdir"], request["rank"])
+    from memfit.dist_rank import worker
+    worker(request["tmpdir"], request["rank"])
     return 0
 
 
 def serve(sock: socket.socket) -> None:
     import torch  # noqa: F401  (what every rank imports; nothing runs: a fork must not copy a thread pool)
     import torch.distributed  # noqa: F401
-    import memfit.dist, memfit.zero  # noqa: F401,E401
+    import memfit.dist_rank, memfit.zero  # noqa: F401,E401
     sock.send(json.dumps({"ready": True}).encode())
     running: set[int] = set()
     while True:

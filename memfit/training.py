@@ -20,8 +20,8 @@ from memfit.gpt import GPT, GPTConfig, unique_parameters
 from memfit.meter import CUDA_ALLOCATOR, LIVE_TENSORS, LiveTensorMeter, measure_peak
 
 PRECISIONS = ("fp32", "amp", "bf16")  # fp32 everywhere | autocast, fp32 weights | bf16 weights and states
-OPTIMIZERS = ("adamw", "sgd", "adamw8bit")  # torch.optim.AdamW | SGD with momentum (both foreach) | lesson 07's
-# AdamW with blockwise 8-bit states; or pass a callable params -> optimizer
+OPTIMIZERS = ("adamw", "sgd")  # torch.optim.AdamW | SGD with momentum (both foreach); or pass a factory
+# params -> optimizer (lesson 07 passes its AdamW8bit that way: the library never imports a lesson's answer)
 
 
 def amp_dtype(device: torch.device | str) -> torch.dtype:
@@ -55,9 +55,6 @@ class Trainer:
             self.optimizer = optimizer(params)
         elif optimizer == "adamw":
             self.optimizer = torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1, foreach=True)
-        elif optimizer == "adamw8bit":
-            from memfit.from_lessons.quantization import AdamW8bit  # lesson 07's reference
-            self.optimizer = AdamW8bit(params, lr=3e-4, weight_decay=0.1)
         else:
             self.optimizer = torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=True)
         self.low_dtype = amp_dtype(self.device)

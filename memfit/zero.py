@@ -534,7 +534,7 @@ def distributed_rank(rank: int, world_size: int, optimizer: str | type, stage: i
     optimizer: the class, or where to find it ("memfit.from_lessons.zero:ZeroAdamW", "x.ipynb::ZeroAdamW").
     Rank 0 also trains the unsharded reference and reports the largest relative difference."""
     if isinstance(optimizer, (str, dict)):
-        from memfit.dist import resolve
+        from memfit.dist_rank import resolve
         optimizer = resolve(optimizer)
     if device == "cuda":
         device = f"cuda:{torch.cuda.current_device()}"
@@ -555,7 +555,7 @@ def distributed_stages_rank(rank: int, world_size: int, optimizer: str | type, s
     """distributed_rank for each of `stages` in turn, in this one process group: a list, one result per stage.
     Each stage is announced on stdout first, so a rank that hangs or fails is reported with its stage."""
     if isinstance(optimizer, (str, dict)):
-        from memfit.dist import resolve
+        from memfit.dist_rank import resolve
         optimizer = resolve(optimizer)  # once: a notebook's definitions are not run again for every stage
     out = []
     for stage in stages:

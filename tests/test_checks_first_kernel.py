@@ -5,7 +5,7 @@ import torch
 
 from autograder.checks import CheckFailed, CheckSkipped, NotImplementedYet, LearnerCodeError
 from autograder.checks import first_kernel as checks
-from autograder.notebook_loader import load_solution
+from course.notebook_loader import load_solution
 from tests.mutants import first_kernel as mutants
 
 ref = load_solution("00_first_kernel")

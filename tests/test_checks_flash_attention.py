@@ -2,10 +2,10 @@
 accept right alternatives, and report stubs as not implemented."""
 import pytest
 
-from autograder import ROOT
+from course import ROOT
 from autograder.checks import CheckFailed, NotImplementedYet
 from autograder.checks import flash_attention as checks
-from autograder.notebook_loader import load_notebook, load_solution
+from course.notebook_loader import load_notebook, load_solution
 from tests.mutants import flash_attention as mutants
 
 ref = load_solution("05_flash_attention")

@@ -2,10 +2,10 @@
 accept right alternatives, and report stubs as not implemented."""
 import pytest
 
-from autograder import ROOT
+from course import ROOT
 from autograder.checks import CheckFailed, NotImplementedYet
 from autograder.checks import fused_linear_ce as checks
-from autograder.notebook_loader import load_notebook, load_solution
+from course.notebook_loader import load_notebook, load_solution
 from tests.mutants import fused_linear_ce as mutants
 
 ref = load_solution("06_fused_linear_ce")

@@ -2,10 +2,10 @@
 accept a right alternative, and report stubs as not implemented."""
 import pytest
 
-from autograder import ROOT
+from course import ROOT
 from autograder.checks import CheckFailed, NotImplementedYet
 from autograder.checks import kernel_fusion as checks
-from autograder.notebook_loader import load_notebook, load_solution
+from course.notebook_loader import load_notebook, load_solution
 from tests.mutants import kernel_fusion as mutants
 
 ref = load_solution("04_kernel_fusion")

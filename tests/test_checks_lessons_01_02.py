@@ -6,7 +6,7 @@ import pytest
 from autograder.checks import CheckFailed, NotImplementedYet
 from autograder.checks import activations as act_checks
 from autograder.checks import model_states as state_checks
-from autograder.notebook_loader import load_solution
+from course.notebook_loader import load_solution
 from memfit.gpt import LLAMA_3_1_8B
 from tests.mutants import activations as act_mutants
 from tests.mutants import model_states as state_mutants

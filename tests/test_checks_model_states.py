@@ -7,7 +7,7 @@ import pytest
 from autograder.checks import CheckFailed
 from autograder.checks import model_states as state_checks
 from autograder.checks.axes import uncovered
-from autograder.notebook_loader import load_solution
+from course.notebook_loader import load_solution
 from tests.mutants import model_states as state_mutants
 
 ref01 = load_solution("01_model_states")

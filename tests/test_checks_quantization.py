@@ -3,10 +3,10 @@ accept right alternatives, and report stubs as not implemented."""
 import pytest
 import torch
 
-from autograder import ROOT
+from course import ROOT
 from autograder.checks import CheckFailed, NotImplementedYet
 from autograder.checks import quantization as checks
-from autograder.notebook_loader import load_notebook, load_solution
+from course.notebook_loader import load_notebook, load_solution
 from tests.mutants import quantization as mutants
 
 ref = load_solution("07_quantization")

@@ -5,8 +5,8 @@ import pytest
 
 from autograder.checks import CheckFailed, NotImplementedYet
 from autograder.checks import zero as checks
-from autograder.notebook_loader import load_notebook, load_solution
-from autograder import ROOT
+from course.notebook_loader import load_notebook, load_solution
+from course import ROOT
 from tests.mutants import zero as mutants
 
 ref = load_solution("03_zero")

@@ -3,7 +3,7 @@ and fits their shared memory (checked on CPU: Triton compiles for a target it do
 import subprocess
 import sys
 
-from autograder import ROOT, course_env
+from course import ROOT, course_env
 
 
 def test_kernels_compile_for_t4_and_v100():

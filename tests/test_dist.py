@@ -160,7 +160,7 @@ def test_zero_under_torchrun():
     import subprocess
     import sys
 
-    from autograder import ROOT, course_env
+    from course import ROOT, course_env
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            "-m", "memfit.zero", "--stage", "2", "--device", "cpu"], cwd=ROOT, env=course_env(),
                           capture_output=True, text=True, timeout=300)

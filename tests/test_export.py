@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import course_env
+from course import course_env
 from autograder.export import NBGRADER_COLUMNS, lms_csv, main, nbgrader_csv, nbgrader_rows, read_gradebook
 
 # Three students, in code-point order "Doe, Jane" < "Zoë" < "alice"; "Zoë" has no rows for 01_memory.

@@ -23,9 +23,9 @@ from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
 from gguf.quants import quantize as gguf_quantize  # noqa: E402
 
-from autograder import ROOT, course_env  # noqa: E402
+from course import ROOT, course_env  # noqa: E402
 from autograder.checks import quantization as checks  # noqa: E402
-from autograder.notebook_loader import load_solution  # noqa: E402
+from course.notebook_loader import load_solution  # noqa: E402
 
 ref = load_solution("07_quantization")
 # Run each reference kernel once now, at collection: Triton's interpreter reads a kernel's source at its first
@@ -128,7 +128,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from autograder.checks.quantization import KERNELS
-from autograder.notebook_loader import load_solution
+from course.notebook_loader import load_solution
 from memfit.hardware import config, profile_for
 ref = load_solution("07_quantization")
 cfg = config("quant_blocks", profile_for("t4"))

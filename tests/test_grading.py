@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import course_env, gradebook
+from autograder import gradebook
+from course import course_env
 from autograder.checks import checks_for
 
 pytestmark = pytest.mark.xdist_group("grading")  # its module fixtures are built once, on one worker

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from autograder import ROOT, course_env
+from course import ROOT, course_env
 from autograder.sandbox import kill_tree
 from tests.test_grading import run_grader
 

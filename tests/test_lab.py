@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import ROOT
+from course import ROOT
 
 LEARNER = ROOT / "tools" / "lab_learner"
 

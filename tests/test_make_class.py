@@ -10,8 +10,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import course_env
-from autograder.notebook_loader import cell_source, lesson_of, read_notebook
+from course import course_env
+from course.notebook_loader import cell_source, lesson_of, read_notebook
 from tools import make_class
 
 pytestmark = pytest.mark.xdist_group("make_class")  # its module fixtures are built once, on one worker

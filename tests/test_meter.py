@@ -57,7 +57,7 @@ def test_backward_pass_is_measured():
 def test_kernel_launch_allocates_nothing():
     # Compiled, a launch allocates nothing. Interpreted, Triton copies the arguments through PyTorch;
     # the meter must not charge those copies to the learner.
-    from autograder.notebook_loader import load_solution
+    from course.notebook_loader import load_solution
     ref = load_solution("00_first_kernel")
     x, y = torch.randn(10_000, device=memfit.DEVICE), torch.randn(10_000, device=memfit.DEVICE)
     out = torch.empty_like(x)
@@ -80,7 +80,7 @@ def test_cuda_meter_needs_cuda_tensors():
 
 def _workloads(device):
     """The course's kinds of work: an elementwise chain, a fused kernel, a matmul, an MLP training step."""
-    from autograder.notebook_loader import load_solution
+    from course.notebook_loader import load_solution
     ref = load_solution("00_first_kernel")
     n = 1 << 24
     x, y = torch.randn(n, device=device), torch.randn(n, device=device)

@@ -8,9 +8,9 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat", reason="skipped: nbformat is not installed (make test installs it)")
 
-from autograder import course_env
+from course import course_env
 from autograder.checks import checks_for
-from autograder.notebook_loader import is_test_cell, lesson_of, read_notebook
+from course.notebook_loader import is_test_cell, lesson_of, read_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from autograder.checks import CheckFailed, checks_for
-from autograder.notebook_loader import load_solution
+from course.notebook_loader import load_solution
 from tests.mutants.registry import REF, as_mapping
 
 OUT_OF_BOUNDS = [  # (lesson, check, {function: "module:mutant" or REF})

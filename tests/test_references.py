@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from autograder import ROOT, course_env
+from course import ROOT, course_env
 from autograder.checks import CheckFailed, checks_for, references
 from autograder.checks.activations import PEAK_CASES, check_predict_peak
 from memfit.from_lessons import activations as reference_code

@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from autograder import ROOT
+from course import ROOT
 from slides import build as slides_build
 from slides.deck import DeckError, parse
 

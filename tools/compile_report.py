@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autograder import ROOT, course_env
+from course import ROOT, course_env
 
 
 def compile_report(notebook: str, dtypes: list[str] | None = None, variants: list[str] | None = None) -> str:

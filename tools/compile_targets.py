@@ -27,9 +27,9 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from autograder import ROOT  # noqa: E402
+from course import ROOT  # noqa: E402
 from autograder.checks import lesson_topic  # noqa: E402
-from autograder.notebook_loader import NotebookError, lesson_of, load_notebook, load_solution, read_notebook  # noqa: E402
+from course.notebook_loader import NotebookError, lesson_of, load_notebook, load_solution, read_notebook  # noqa: E402
 from memfit.hardware import config, profile_for  # noqa: E402
 from memfit.runtime import cpu_share  # noqa: E402
 

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder import ROOT, course_env
+from course import ROOT, course_env
 
 
 def nbgrader_command() -> list[str]:

@@ -69,7 +69,7 @@ def gb(n_bytes: float, digits: int = 1) -> str:
 def lesson(name: str):
     """A lesson's reference solution as a module, loaded from solutions/<name>.ipynb (graded cells only, no demos):
     the deck runs the very code the lesson teaches."""
-    from autograder.notebook_loader import load_solution
+    from course.notebook_loader import load_solution
     return load_solution(name)
 
 

@@ -10,7 +10,7 @@ mutant module (`mutant_module(lesson)`), that stand in for the learner functions
 - a check that uses one function: the entry is the mutant's name, a string;
 - a check that uses several (Check.uses has more than one name): the entry is a dict with exactly the names
   of Check.uses as keys, each mapped to a mutant's name or to "ref", the reference solution's own function
-  (autograder.notebook_loader.load_solution(lesson), or the same code in memfit.from_lessons.<topic>). At
+  (course.notebook_loader.load_solution(lesson), or the same code in memfit.from_lessons.<topic>). At
   least one value is a mutant. `as_mapping(entry, uses)` turns either form into the dict form.
 
 "wrong": the check must reject it (CheckFailed: the learner loses the check's points). "right": a correct

@@ -29,7 +29,7 @@ def blind_module(lesson: str):
 
 def reference(lesson: str):
     if lesson not in _references:
-        from autograder.notebook_loader import load_solution
+        from course.notebook_loader import load_solution
         _references[lesson] = load_solution(lesson)
     return _references[lesson]
 

@@ -22,7 +22,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import ROOT
+from course import ROOT
 
 LESSON_NAME = re.compile(r"^(\d\d)_[a-z0-9_]+$")
 DEMO_TAG = "demo"
