@@ -7,30 +7,32 @@ import json
 import pytest
 import torch
 
-from tests.test_grading import LESSON, load, rows_by, run_grader, with_source
+from tests.test_grading import LESSON, cell_index, load, rows_by, run_grader, with_source
 from tests.test_tamper import RESETS_PEAK, _append
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: needs a GPU"),
               pytest.mark.xdist_group("grading_gpu")]
 
+# The reference's scaled_add (renamed, the solution cell's code kept) for every check, but at the GPU check's scale
+# (16M elements) a kernel that stores 2**34 elements past out: an illegal address there and nowhere else.
 OUT_OF_BOUNDS = """
-import torch
+
 import triton
 import triton.language as tl
 
 @triton.jit
-def _add_kernel(x_ptr, y_ptr, out_ptr, n, alpha, far, BLOCK: tl.constexpr):
+def _far_kernel(x_ptr, y_ptr, out_ptr, n, alpha, far, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
     y = tl.load(y_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs + far, x + alpha * y, mask=mask)  # far: 2**34 elements past out at GPU scale
+    tl.store(out_ptr + offs + far, x + alpha * y, mask=mask)
 
 def scaled_add(x, y, alpha, out=None):
+    if not isinstance(x, torch.Tensor) or x.numel() < (1 << 24) or not x.is_cuda:
+        return _right_scaled_add(x, y, alpha, out=out)
     out = torch.empty_like(x) if out is None else out
-    n = x.numel()
-    far = (1 << 34) if n >= (1 << 24) else 0  # only the GPU check's 16M elements reach the bad store
-    _add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, alpha, far, BLOCK=1024)
+    _far_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), alpha, 1 << 34, BLOCK=1024)
     return out
 """
 
@@ -48,7 +50,9 @@ def gpu_class(tmp_path_factory):
     solution = load("solutions")
     notebooks = {
         "reference": solution,
-        "out_of_bounds": with_source(solution, "scaled_add_solution", OUT_OF_BOUNDS),
+        "out_of_bounds": with_source(solution, "scaled_add_solution", "".join(
+            solution["cells"][cell_index(solution, "scaled_add_solution")]["source"]).replace(
+            "def scaled_add(", "def _right_scaled_add(") + OUT_OF_BOUNDS),
         "over_cap": with_source(solution, "bytes_of_solution", OVER_CAP),
         "resets_peak": _append(solution, RESETS_PEAK),
         "reference_after": solution,
