@@ -24,11 +24,9 @@ import os
 import socket
 import subprocess
 import sys
-import traceback
 
 from autograder import sandbox
-
-MAX_MESSAGE = 1 << 20
+from memfit.rank_server import MAX_MESSAGE, fork_and_run, receive
 
 
 class ForkedChild:
@@ -66,16 +64,7 @@ class ForkServer:
             raise ForkServerError("the fork server did not start")
 
     def _message(self, timeout: float | None) -> dict:
-        self.sock.settimeout(timeout)
-        try:
-            data = self.sock.recv(MAX_MESSAGE)
-        except (socket.timeout, BlockingIOError):
-            return {}
-        except OSError as exc:
-            raise ForkServerError(f"the fork server is gone: {exc}") from exc
-        if not data:
-            raise ForkServerError("the fork server is gone")
-        return json.loads(data)
+        return receive(self.sock, timeout, ForkServerError, "the fork server")
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str, limits: sandbox.Limits, address_space_limit: bool,
               key: bytes, log_fd: int, result_fd: int) -> ForkedChild:
@@ -154,24 +143,11 @@ def serve(sock: socket.socket) -> None:
             return
         request = json.loads(data)
         log_fd, result_fd = fds
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                sock.close()
-                code = _child(request, log_fd, result_fd)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:  # noqa: BLE001
-                traceback.print_exc()
-            finally:
-                try:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                finally:
-                    os._exit(code)
+
+        def child() -> int:
+            sock.close()  # the child's copy: only the server answers the runner
+            return _child(request, log_fd, result_fd)
+        pid = fork_and_run(child)
         os.close(log_fd)
         os.close(result_fd)
         sock.send(json.dumps({"pid": pid}).encode())

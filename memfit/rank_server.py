@@ -20,8 +20,24 @@ import socket
 import subprocess
 import sys
 import traceback
+from typing import Callable
 
 MAX_MESSAGE = 1 << 20
+
+
+def receive(sock: socket.socket, timeout: float | None, gone: type[Exception], who: str) -> dict:
+    """One JSON message from a server's end of a SOCK_SEQPACKET pair (this module's and autograder.forkserver's);
+    {} when none came within `timeout` seconds; `gone` raised when the server has closed its end or died."""
+    sock.settimeout(timeout)
+    try:
+        data = sock.recv(MAX_MESSAGE)
+    except (socket.timeout, BlockingIOError):
+        return {}
+    except OSError as exc:
+        raise gone(f"{who} is gone: {exc}") from exc
+    if not data:
+        raise gone(f"{who} is gone")
+    return json.loads(data)
 
 
 class ServerGone(OSError):
@@ -61,16 +77,7 @@ class RankServer:
             raise ServerGone("the rank server did not start")
 
     def _message(self, timeout: float | None) -> dict:
-        self.sock.settimeout(timeout)
-        try:
-            data = self.sock.recv(MAX_MESSAGE)
-        except (socket.timeout, BlockingIOError):
-            return {}
-        except OSError as exc:
-            raise ServerGone(f"the rank server is gone: {exc}") from exc
-        if not data:
-            raise ServerGone("the rank server is gone")
-        return json.loads(data)
+        return receive(self.sock, timeout, ServerGone, "the rank server")
 
     def receive(self, block: bool) -> None:
         """Record the exit statuses the server sent; a server that died takes its ranks with it (-9)."""
@@ -149,6 +156,30 @@ def _rank(request: dict) -> int:
     return 0
 
 
+def fork_and_run(child: Callable[[], int]) -> int:
+    """Fork; the child runs child() and exits with what it returns, as `python -m` would end (SystemExit's code;
+    status 1 and the traceback on stderr for any other exception), without the interpreter's teardown, where
+    gloo's threads can abort a process. Returns the child's pid (in the server; the child never returns)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        code = child()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
 def serve(sock: socket.socket) -> None:
     import torch  # noqa: F401  (what every rank imports; nothing runs: a fork must not copy a thread pool)
     import torch.distributed  # noqa: F401
@@ -162,24 +193,11 @@ def serve(sock: socket.socket) -> None:
             if not data:
                 return  # the launching process ended
             request = json.loads(data)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    sock.close()
-                    code = _rank(request)
-                except SystemExit as exc:
-                    code = exc.code if isinstance(exc.code, int) else 1
-                except BaseException:  # noqa: BLE001  (as an uncaught exception in `python -m`: status 1)
-                    traceback.print_exc()
-                finally:
-                    try:
-                        sys.stdout.flush()
-                        sys.stderr.flush()
-                    finally:
-                        os._exit(code)  # as memfit.dist's main: no interpreter teardown, where gloo can abort
+
+            def rank() -> int:
+                sock.close()  # the rank's copy: only the server answers the launcher
+                return _rank(request)
+            pid = fork_and_run(rank)
             running.add(pid)
             sock.send(json.dumps({"pid": pid}).encode())
         while running:
