@@ -4,7 +4,8 @@ uninterrupted one does.
     python -m benchmarks.grading [--students 100] [--workers 2] [--seed 0] [--lessons all] [--kill-at 0.5]
                                  [--work DIR [--run uninterrupted|interrupted]]
 
-1. tools.make_class writes the class (reference, stub and mutant cells mixed, every lesson by default).
+1. tests.make_class writes the class (reference, stub and mutant cells mixed, every lesson by default): the tests'
+   generator, whose mutants live in tests/mutants/.
 2. An uninterrupted `python -m autograder --submissions ... --workers N`, timed.
 3. The same class into a new gradebook, the grader and all its processes killed (SIGKILL) once the given share
    of the notebooks is in the gradebook, then restarted; the two runs timed.
@@ -94,7 +95,7 @@ def run(students: int, workers: int, seed: int, lessons: str | None, kill_at: fl
     The runs may happen in different sessions: each is timed into work/timings.json with the grader's digest."""
     subs = work / "class"
     if not (subs / "manifest.json").exists():
-        make = [sys.executable, "-m", "tools.make_class", str(subs), "--students", str(students), "--seed", str(seed)]
+        make = [sys.executable, "-m", "tests.make_class", str(subs), "--students", str(students), "--seed", str(seed)]
         subprocess.run(make + (["--lessons", lessons] if lessons else []), cwd=ROOT, env=course_env(), check=True)
     manifest = json.loads((subs / "manifest.json").read_text())
     notebooks = sum(1 for _ in subs.glob("*/*.ipynb"))

@@ -16,7 +16,6 @@ LAYER = {"memfit": 0, "memfit.from_lessons": 1, "course": 2, "autograder": 3, "b
 # not listed and on a listed one that is gone, so the list can only shrink.
 KNOWN_UPWARD = {
     ("memfit.dist_rank", "course.notebook_loader"): "a rank resolves 'notebook.ipynb::name' with the course's loader",
-    ("tools.make_class", "tests.mutants.registry"): "a generated class mixes the checks' mutants",
 }
 KNOWN_SIDEWAYS = {
     ("benchmarks.__main__", "autograder.gradebook"): "make bench reads the grader's gradebook format",
@@ -26,12 +25,10 @@ KNOWN_SIDEWAYS = {
     ("slides.figures.02_activations", "autograder.checks.activations"): "the deck quotes the check's cases",
     ("slides.figures.03_zero", "autograder.checks.zero"): "the deck quotes the check's cases",
     ("slides.figures.04_kernel_fusion", "autograder.checks.kernel_fusion"): "the deck quotes the check's cases",
-    ("slides.figures.04_kernel_fusion", "benchmarks.kernel_fusion"): "the deck quotes the benchmark's sizes",
     ("slides.figures.05_flash_attention", "autograder.checks.flash_attention"): "the deck quotes the check's cases",
     ("slides.figures.06_fused_linear_ce", "autograder.checks.fused_linear_ce"): "the deck quotes the check's cases",
     ("slides.figures.07_quantization", "autograder.checks.quantization"): "the deck quotes the check's cases",
     ("tools.compile_targets", "autograder.checks"): "the lessons' kernels are listed with their checks",
-    ("tools.make_class", "autograder.checks"): "a generated class mixes the checks' mutants",
 }
 
 

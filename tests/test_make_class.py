@@ -1,4 +1,4 @@
-"""tools/make_class.py: a synthetic class of valid notebooks, the same bytes for the same seed, a mixture of
+"""tests/make_class.py: a synthetic class of valid notebooks, the same bytes for the same seed, a mixture of
 reference, stub and mutant cells, and a manifest that says what the grader should give. Nothing is graded."""
 import ast
 import importlib
@@ -12,7 +12,7 @@ import pytest
 
 from course import course_env
 from course.notebook_loader import cell_source, lesson_of, read_notebook
-from tools import make_class
+from tests import make_class
 
 pytestmark = pytest.mark.xdist_group("make_class")  # its module fixtures are built once, on one worker
 
@@ -49,7 +49,7 @@ def test_every_student_gets_every_lesson_as_valid_nbformat_4(generated):
 def test_the_same_seed_gives_the_same_bytes(generated, tmp_path):
     out, _ = generated
     again = tmp_path / "again"
-    proc = subprocess.run([sys.executable, "-m", "tools.make_class", str(again), "--students", str(STUDENTS),
+    proc = subprocess.run([sys.executable, "-m", "tests.make_class", str(again), "--students", str(STUDENTS),
                            "--seed", "0"], cwd=ROOT, env=course_env(PYTHONHASHSEED="123"), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

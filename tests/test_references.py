@@ -20,9 +20,9 @@ CASES = len({case for kind in ("visible", "hidden") for case in PEAK_CASES[kind]
 @pytest.fixture
 def fresh_values():
     """No values, and none kept when computed (as in a notebook or a grading child; the test workers keep them)."""
-    saved, kept = dict(references._VALUES), references._recording
+    saved = dict(references._VALUES)
     references._VALUES.clear()
-    references.keep_computed(False)
+    kept = references.keep_computed(False)
     yield references._VALUES
     references.keep_computed(kept)
     references._VALUES.clear()

@@ -35,11 +35,13 @@ def reference(key: str, compute: Callable[[], Any]) -> Any:
     return value
 
 
-def keep_computed(keep: bool = True) -> None:
-    """Keep every value computed in place from now on, for the rest of this process, as `record` does. The test
-    workers do: many tests grade a right or wrong entry of the same check, and the values do not depend on it."""
+def keep_computed(keep: bool = True) -> bool:
+    """Keep every value computed in place from now on, for the rest of this process, as `record` does (the test
+    workers do: many tests grade a right or wrong entry of the same check, and the values do not depend on it).
+    Returns whether values were kept before, to put back."""
     global _recording
-    _recording = keep
+    before, _recording = _recording, keep
+    return before
 
 
 def load(path: str | Path) -> int:
@@ -56,8 +58,7 @@ def record(lesson: str, path: str | Path) -> int:
     """Run the lesson's checks marked references=True on its reference code; save every value they asked for."""
     from autograder.checks import checks_for
     reference_code = __import__(f"memfit.from_lessons.{lesson.split('_', 1)[1]}", fromlist=["*"])
-    kept = _recording
-    keep_computed(True)
+    kept = keep_computed(True)
     try:
         for check in checks_for(lesson):
             if check.references:

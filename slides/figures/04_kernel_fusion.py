@@ -137,15 +137,22 @@ def _swiglu_traffic(tokens: int, ffn: int) -> dict:
 @functools.cache
 def _traffic() -> dict:
     """Eager PyTorch traced op by op against the fused minimum (each input read once, each output written once),
-    at the benchmark's sizes (a**4 on 1 GiB of fp32; Llama-3-8B's widths at TOKENS tokens)."""
+    at the recorded benchmark's sizes (a**4 on 1 GiB of fp32; its first RMSNorm and SwiGLU shapes, Llama-3-8B's)."""
     import torch
-    from benchmarks.kernel_fusion import TOKENS, WIDTHS
     a = torch.empty((1 << 30) // 4, dtype=torch.float32, device="meta")
     with _Trace() as fwd:
         a * a * a * a
-    hidden, ffn = WIDTHS[0]
+    tokens, hidden = _bench_shape("RMSNorm")
+    _, ffn = _bench_shape("SwiGLU")
     return {"pow4": dict(eager_fwd=fwd, fused_fwd=_nbytes(a, a), unit=a.nbytes),
-            "rmsnorm": _rmsnorm_traffic(TOKENS, hidden), "swiglu": _swiglu_traffic(TOKENS, ffn)}
+            "rmsnorm": _rmsnorm_traffic(tokens, hidden), "swiglu": _swiglu_traffic(tokens, ffn)}
+
+
+def _bench_shape(kernel: str) -> tuple[int, int]:
+    """(tokens, width) of the first row of the recorded benchmark whose kernel starts with `kernel`."""
+    row = next(r for r in _bench()["kernel_fusion"]["kernels"] if r["kernel"].startswith(kernel))
+    tokens, width = (int(v) for v in row["shape"].split(" x "))
+    return tokens, width
 
 
 def _passes(n_bytes: int, unit: int) -> str:
@@ -174,7 +181,6 @@ def _savings() -> dict:
     and at Llama-3.1-8B scale against the bytes a layer keeps (lesson 02's activation_bytes)."""
     import torch
     from autograder.checks.kernel_fusion import measured_savings
-    from benchmarks.kernel_fusion import TOKENS
     from memfit.from_lessons.activations import activation_bytes
     from memfit.gpt import COURSE_CONFIGS, LLAMA_3_1_8B
     ref = lesson(LESSON)
@@ -182,11 +188,11 @@ def _savings() -> dict:
     batch, seq = 2, 16
     measured = measured_savings(tiny, batch, seq, torch.float32, ref.use_fused_kernels)
     formula = ref.fusion_savings_per_layer(tiny, batch, seq, 4)
-    big = LLAMA_3_1_8B
-    per_layer = ref.fusion_savings_per_layer(big, 1, TOKENS, 2)
-    kept = activation_bytes(big, 1, TOKENS, "bf16")
+    big, (tokens, _) = LLAMA_3_1_8B, _bench_shape("RMSNorm")
+    per_layer = ref.fusion_savings_per_layer(big, 1, tokens, 2)
+    kept = activation_bytes(big, 1, tokens, "bf16")
     return {"tiny": tiny, "batch": batch, "seq": seq, "measured": measured, "formula": formula,
-            "big": big, "tokens": TOKENS, "per_layer": per_layer, "kept": kept}
+            "big": big, "tokens": tokens, "per_layer": per_layer, "kept": kept}
 
 
 # ------------------------------------------------------------------------------------------ facts
@@ -269,7 +275,6 @@ def _traffic_facts(prefix: str, op: dict) -> dict[str, str]:
 def facts() -> dict[str, str]:
     import torch
     from autograder.checks.kernel_fusion import CHECKS
-    from benchmarks.kernel_fusion import TOKENS, WIDTHS
     from memfit.hardware import KNOWN_GPUS, KiB, config
     ref = lesson(LESSON)
     nb = _notebook_run()
@@ -297,7 +302,7 @@ def facts() -> dict[str, str]:
                        f"{100 * (times[chosen] / times[best] - 1):.0f}%")
     kern = _kernel_stats()
     t4 = nb["compile_t4"]
-    ffn = WIDTHS[0][1]
+    tokens, ffn = _bench_shape("SwiGLU")
     mlp_saved = 2 * sav["tokens"] * sav["big"].ffn_hidden
     return {
         # title, grading
@@ -344,7 +349,7 @@ def facts() -> dict[str, str]:
         **_traffic_facts("sw", sw),
         "sw_bwd_ops": ", ".join(f"`{op}`" for op, _, _ in sw["eager_bwd"].ops),
         "sw_block": str(config("swiglu")["BLOCK"]),
-        "sw_grid": f"({TOKENS:,}, {triton.cdiv(ffn, min(config('swiglu')['BLOCK'], triton.next_power_of_2(ffn)))})",
+        "sw_grid": f"({tokens:,}, {triton.cdiv(ffn, min(config('swiglu')['BLOCK'], triton.next_power_of_2(ffn)))})",
         "sw_f": f"{ffn:,}",
         # the fused GPT, savings
         "curve_diff": nb["curve_diff"],
@@ -596,8 +601,8 @@ def fig_swiglu_layout():
 
 
 def fig_savings():
-    """What one Llama-3.1-8B layer keeps for backward at TOKENS tokens in bf16: eager (lesson 02's activation_bytes)
-    against fused, the norms and the MLP's silu(gate) split out. The difference is the lesson's
+    """What one Llama-3.1-8B layer keeps for backward at the benchmark's token count in bf16: eager (lesson 02's
+    activation_bytes) against fused, the norms and the MLP's silu(gate) split out. The difference is the lesson's
     fusion_savings_per_layer (checked here)."""
     sav = _savings()
     cfg, T = sav["big"], sav["tokens"]

@@ -1,6 +1,6 @@
 """A synthetic class to grade: notebooks that mix reference, stub and known-wrong or known-right cells.
 
-    python -m tools.make_class OUT_DIR --students 100 --seed 0 [--lessons 00_first_kernel,01_model_states] [--force]
+    python -m tests.make_class OUT_DIR --students 100 --seed 0 [--lessons 00_first_kernel,01_model_states] [--force]
     make grade SUBMISSIONS=OUT_DIR        # then compare grades/gradebook.csv with OUT_DIR/manifest.json
 
 Writes OUT_DIR/<student>/<lesson>.ipynb for every student and lesson (default: all lessons) and
@@ -449,7 +449,7 @@ def make_class(out_dir: Path, students: int, seed: int, lessons: list[str]) -> d
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.make_class", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.make_class", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--students", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
