@@ -1,18 +1,21 @@
 """The course's one memory meter.
 
-`measure_peak(fn, *args)` runs `fn` and reports the peak of extra memory it needed, in bytes,
-above what was allocated before the call:
+A meter counts bytes of tensors from the moment it is entered: `meter.current` (alive now), `meter.peak` (the most
+alive at once since it was entered or since `meter.reset_peak()`). `open_meter(device)` picks the implementation,
+the only place in the library that chooses between a GPU and a CPU way of counting:
 
-* on a GPU, from the CUDA caching allocator's count of the bytes the program asked for
-  (`requested_bytes`: reset before, synchronize after, baseline subtracted, optionally after a
-  warm-up call that takes lazy initialisation out of the figure). The allocator's own rounding
-  (to 512 bytes) and the unused tail of a cached block it hands out again (up to 1 MiB per tensor)
-  depend on what ran before the call, not on the call: they are left out of the figure;
-* on a CPU, from a live-tensor meter: a TorchDispatchMode that sees every tensor PyTorch creates
-  during the call and counts the bytes of each storage until the last tensor using it dies.
+* `CudaAllocatorMeter`: the CUDA caching allocator's count of the bytes the program asked for
+  (`requested_bytes`; `allocated_bytes`, what `memory_allocated` reports, where a figure is compared with the
+  allocator's). The allocator's own rounding (to 512 bytes) and the unused tail of a cached block it hands out
+  again (up to 1 MiB per tensor) depend on what ran before, not on the measured code: `requested_bytes` leaves
+  them out. cuBLAS's workspace is created when the meter starts and counted apart (`workspace`).
+* `LiveTensorMeter`: a TorchDispatchMode that sees every tensor PyTorch creates while it is active and counts the
+  bytes of each storage until the last tensor using it dies. It works on any device (the tests compare it with the
+  allocator on a GPU); the copies Triton's interpreter makes of a kernel's arguments are not counted.
 
-The live-tensor meter works on GPU tensors too, which is how a test proves that the two meters
-agree. Graded code cannot reset the meter: while it runs, PyTorch's reset functions raise.
+`measure_peak(fn, *args)` runs `fn` under a meter and reports the peak extra bytes it needed above what was
+allocated before the call. Graded code cannot reset a meter: while measure_peak measures, PyTorch's reset
+functions raise.
 """
 from __future__ import annotations
 
@@ -62,14 +65,36 @@ def format_bytes(n: float) -> str:
 class LiveTensorMeter(TorchDispatchMode):
     """Counts the bytes of storages created while it is active, as long as they stay alive."""
 
+    name = LIVE_TENSORS
+    workspace = 0  # the live meter sees no library workspace: it counts tensors
+
     def __init__(self) -> None:
         super().__init__()
+        self._launches_free = None
         self._live: dict[int, int] = {}  # id(storage) -> bytes
         self.current = 0
         self.peak = 0
         self.largest = 0  # bytes of the largest storage seen: proves a tensor of some size never existed
         self.ops: Counter = Counter()
         self.paused = 0  # >0 while a Triton interpreter launch runs (see _interpreter_launches_free)
+
+    def __enter__(self):
+        self._launches_free = _interpreter_launches_free(self)
+        self._launches_free.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._launches_free.__exit__(*exc)
+
+    def reset_peak(self) -> None:
+        self.peak = self.current
+
+    def created(self, storage: torch.UntypedStorage, _inputs: set[int]) -> bool:
+        """Did the measured code create this storage (and does it still count it)?"""
+        return id(storage) in self._live
 
     def _release(self, key: int) -> None:
         self.current -= self._live.pop(key, 0)
@@ -205,12 +230,6 @@ def _device_of(args: tuple, kwargs: dict, device: str | torch.device | None) -> 
     return DEVICE
 
 
-def _requested_bytes(dev: torch.device, stat: str = "current") -> int:
-    """The bytes the program has asked the CUDA caching allocator for (now, or at the peak since the last reset):
-    what its tensors hold, before the allocator rounds a request up or hands out a larger cached block."""
-    return torch.cuda.memory_stats(dev)[f"requested_bytes.all.{stat}"]
-
-
 def _result_bytes(result: Any, made_by_the_call: Callable) -> int:
     """Bytes of the distinct storages the result holds that the call made (its outputs are not kept memory)."""
     seen: dict[int, int] = {}
@@ -222,6 +241,84 @@ def _result_bytes(result: Any, made_by_the_call: Callable) -> int:
     return sum(seen.values())
 
 
+class CudaAllocatorMeter:
+    """Bytes the CUDA caching allocator hands out on one device, counted from when the meter is entered.
+
+    stat: "requested" (the bytes tensors asked for: the course's default) or "allocated" (after the allocator's
+    rounding: torch.cuda.memory_allocated)."""
+
+    name = CUDA_ALLOCATOR
+    largest = None  # the allocator does not tell which tensor it was, nor which ops ran
+
+    @property
+    def ops(self) -> Counter:
+        return Counter()
+
+    def __init__(self, device: torch.device, stat: str = "requested") -> None:
+        if stat not in ("requested", "allocated"):
+            raise ValueError(f"stat must be 'requested' or 'allocated', not {stat!r}")
+        self.device, self.stat = device, stat
+        self.base = self.workspace = 0
+
+    def _read(self, which: str) -> int:
+        torch.cuda.synchronize(self.device)
+        return torch.cuda.memory_stats(self.device)[f"{self.stat}_bytes.all.{which}"]
+
+    def __enter__(self) -> CudaAllocatorMeter:
+        before = self._read("current")
+        _warm_up_cublas(self.device)
+        self.base = self._read("current")
+        self.workspace = self.base - before
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+    @property
+    def current(self) -> int:
+        return self._read("current") - self.base
+
+    @property
+    def peak(self) -> int:
+        return self._read("peak") - self.base
+
+    def reset_peak(self) -> None:
+        torch.cuda.synchronize(self.device)
+        _RESET_PEAK(self.device)
+
+    def created(self, storage: torch.UntypedStorage, inputs: set[int]) -> bool:
+        """Did the measured code create this storage? (The allocator keeps no owner: any storage not given to it.)"""
+        return storage.data_ptr() not in inputs
+
+
+_RESET_PEAK = torch.cuda.reset_peak_memory_stats  # the meter's own reference, taken before any guard wraps it
+
+
+def _warm_up_cublas(device: torch.device) -> None:
+    """cuBLAS keeps a workspace per handle and stream from its first matmul on (in fp32, and in bf16 for a
+    low-precision step): memory of the process, not of what the meter measures. Created here, it is counted apart."""
+    # Grad mode on even where the meter starts under no_grad or inference_mode: the warm-up needs a backward.
+    with torch.inference_mode(False), torch.enable_grad(), torch.autograd.set_multithreading_enabled(False):
+        for dtype in (torch.float32, torch.bfloat16):
+            a = torch.ones(64, 64, device=device, dtype=dtype, requires_grad=True)
+            (a @ a).sum().backward()
+
+
+def open_meter(device: str | torch.device, meter: str | None = None, stat: str = "requested"):
+    """The meter for tensors on `device`: CUDA_ALLOCATOR (the default on a GPU) or LIVE_TENSORS (the default
+    elsewhere, and on a GPU when asked for). Enter it around what it measures."""
+    device = torch.device(device)
+    meter = meter or (CUDA_ALLOCATOR if device.type == "cuda" else LIVE_TENSORS)
+    if meter == CUDA_ALLOCATOR:
+        if device.type != "cuda":
+            raise ValueError("the CUDA allocator meter needs CUDA tensors; "
+                             f"these are on {device} (use meter=LIVE_TENSORS)")
+        return CudaAllocatorMeter(device, stat)
+    if meter == LIVE_TENSORS:
+        return LiveTensorMeter()
+    raise ValueError(f"unknown meter {meter!r}: use {CUDA_ALLOCATOR!r} or {LIVE_TENSORS!r}")
+
+
 def measure_peak(fn: Callable, *args, device=None, meter: str | None = None, warmup: bool = True,
                  **kwargs) -> tuple[Any, MemoryReport]:
     """Run fn(*args, **kwargs); return (its result, a MemoryReport of the peak extra bytes).
@@ -231,49 +328,20 @@ def measure_peak(fn: Callable, *args, device=None, meter: str | None = None, war
     out of the figure); its result is dropped before the measured call.
     """
     dev = _device_of(args, kwargs, device)
-    meter = meter or (CUDA_ALLOCATOR if dev.type == "cuda" else LIVE_TENSORS)
-    if meter == CUDA_ALLOCATOR and dev.type != "cuda":
-        raise ValueError("the CUDA allocator meter needs CUDA tensors; "
-                         f"these are on {dev} (use meter=LIVE_TENSORS)")
-    if dev.type == "cuda":  # cuBLAS's handle and workspace are the process's, not the call's: create them first
-        torch.mm(torch.ones(1, 1, device=dev), torch.ones(1, 1, device=dev))
-        torch.cuda.synchronize(dev)
     kept_first = 0
     if warmup:
-        if meter == CUDA_ALLOCATOR:
-            before = _requested_bytes(dev)
+        with open_meter(dev, meter) as first:
             fn(*args, **kwargs)
-            gc.collect()
-            torch.cuda.synchronize(dev)
-            kept_first = _requested_bytes(dev) - before
-        else:
-            first = LiveTensorMeter()
-            with _interpreter_launches_free(first), first:
-                fn(*args, **kwargs)
-            gc.collect()
-            kept_first = first.current
+        gc.collect()
+        kept_first = first.current
     gc.collect()
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    if meter == CUDA_ALLOCATOR:
-        baseline = _requested_bytes(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
+    with open_meter(dev, meter) as counting:
+        counting.reset_peak()
         with _resets_forbidden():
             result = fn(*args, **kwargs)
-            torch.cuda.synchronize(dev)
-        peak = _requested_bytes(dev, "peak") - baseline
-        gc.collect()
-        given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if _has_storage(t)}
-        kept = _requested_bytes(dev) - baseline - _result_bytes(
-            result, lambda storage: storage.data_ptr() not in given)
-        return result, MemoryReport(peak, CUDA_ALLOCATOR, str(dev), kept_bytes=max(kept_first, kept, 0))
-    if meter != LIVE_TENSORS:
-        raise ValueError(f"unknown meter {meter!r}: use {CUDA_ALLOCATOR!r} or {LIVE_TENSORS!r}")
-    live = LiveTensorMeter()
-    with _resets_forbidden(), _interpreter_launches_free(live), live:
-        result = fn(*args, **kwargs)
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        peak = counting.peak
     gc.collect()
-    kept = live.current - _result_bytes(result, lambda storage: id(storage) in live._live)
-    return result, MemoryReport(live.peak, LIVE_TENSORS, str(dev), live.ops, live.largest, max(kept_first, kept, 0))
+    given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if _has_storage(t)}
+    kept = counting.current - _result_bytes(result, lambda storage: counting.created(storage, given))
+    return result, MemoryReport(peak, counting.name, str(dev), counting.ops, counting.largest,
+                                max(kept_first, kept, 0))

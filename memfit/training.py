@@ -17,7 +17,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from memfit.gpt import GPT, GPTConfig, unique_parameters
-from memfit.meter import CUDA_ALLOCATOR, LIVE_TENSORS, LiveTensorMeter, measure_peak
+from memfit.meter import measure_peak, open_meter
 
 PRECISIONS = ("fp32", "amp", "bf16")  # fp32 everywhere | autocast, fp32 weights | bf16 weights and states
 OPTIMIZERS = ("adamw", "sgd")  # torch.optim.AdamW | SGD with momentum (both foreach); or pass a factory
@@ -194,42 +194,26 @@ class _OpRecorder(TorchDispatchMode):
 
 
 def timeline(trainer: Trainer, idx: torch.Tensor, targets: torch.Tensor) -> Timeline:
-    """Bytes of tensors alive after every op of one step. On a GPU, from the CUDA allocator (all
-    tensors on the device); on a CPU, from the live-tensor meter (started with the states' bytes)."""
+    """Bytes of tensors alive after every op of one step, counted from the states' bytes (other allocations,
+    workspaces and tensors of earlier cells, are not the step's): on a GPU from the CUDA allocator, on a CPU from
+    the live-tensor meter."""
     line = Timeline()
     base = sum(trainer.state_bytes().values())
-    if trainer.device.type == "cuda":
-        # Count from the states: other allocations (workspaces, tensors of earlier cells) are not the step's.
-        torch.cuda.synchronize()
-        offset = base - torch.cuda.memory_allocated(trainer.device)
-        line.meter = CUDA_ALLOCATOR
-        with _OpRecorder(trainer, line, lambda: offset + torch.cuda.memory_allocated(trainer.device)):
+    with open_meter(trainer.device, stat="allocated") as meter:
+        line.meter = meter.name
+        # The recorder runs inside the meter, so each reading includes the op's outputs.
+        with _OpRecorder(trainer, line, lambda: base + meter.current):
             trainer.step(idx, targets)
-        return line
-    line.meter = LIVE_TENSORS
-    live = LiveTensorMeter()
-    # The recorder runs inside the meter's mode, so each reading includes the op's outputs.
-    with live, _OpRecorder(trainer, line, lambda: base + live.current):
-        trainer.step(idx, targets)
     return line
 
 
 def bytes_after_forward(trainer: Trainer, idx: torch.Tensor, targets: torch.Tensor) -> int:
     """Bytes of tensors a forward pass leaves alive for backward: what autograd saved (or, under
     recomputation, what checkpointing kept), measured by the course meter."""
-    if trainer.device.type == "cuda":
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated(trainer.device)
+    with open_meter(trainer.device, stat="allocated") as meter:
         with trainer.autocast():
             loss = trainer.model(idx, targets)
-        torch.cuda.synchronize()
-        kept = torch.cuda.memory_allocated(trainer.device) - before
-    else:
-        live = LiveTensorMeter()
-        with live:
-            with trainer.autocast():
-                loss = trainer.model(idx, targets)
-            kept = live.current
+        kept = meter.current
     del loss
     return kept
 

@@ -15,6 +15,7 @@ Bytes sent are counted as the ring algorithms send them, per rank: an all-reduce
 """
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import torch
 from torch.func import functional_call
 
 from memfit.gpt import COURSE_CONFIGS, GPT, GPTConfig
+from memfit.meter import open_meter
 
 
 # ----------------------------------------------------------------------------------------- comms
@@ -309,59 +311,6 @@ def buffer_bytes(optimizer) -> dict[str, int]:
     return out
 
 
-class _Meter:
-    """Bytes alive on this rank: the CUDA allocator on a GPU, the live-tensor meter on the CPU."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.workspace = 0
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            before = torch.cuda.memory_allocated(device)
-            self._warm_up_cublas(device)
-            # cuBLAS keeps a workspace per handle and stream from its first matmul on: memory the step uses,
-            # but no state of the optimizer's (lesson 01 measures it). Created here, it is counted apart.
-            self.base = torch.cuda.memory_allocated(device)
-            self.workspace = self.base - before
-        else:
-            from memfit.meter import LiveTensorMeter
-            self.live = LiveTensorMeter()
-            self.live.__enter__()
-            self.base = 0
-
-    @staticmethod
-    def _warm_up_cublas(device) -> None:
-        with torch.autograd.set_multithreading_enabled(False):
-            for dtype in (torch.float32, torch.bfloat16):
-                a = torch.ones(64, 64, device=device, dtype=dtype, requires_grad=True)
-                (a @ a).sum().backward()
-        torch.cuda.synchronize(device)
-
-    def now(self) -> int:
-        import gc
-        gc.collect()  # "alive" means reachable: a tensor in a collectable cycle (a traceback, a closure) is not
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            return torch.cuda.memory_allocated(self.device) - self.base
-        return self.live.current
-
-    def reset_peak(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-        else:
-            self.live.peak = self.live.current
-
-    def peak(self) -> int:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            return torch.cuda.max_memory_allocated(self.device) - self.base
-        return self.live.peak
-
-    def close(self) -> None:
-        if self.device.type != "cuda":
-            self.live.__exit__(None, None, None)
-
-
 def train_ranks(optimizer_cls, comm: Comm, stage: int, *, cfg: GPTConfig | str = "tiny", steps: int = 2,
                 batch: int = 2, seq: int = 16, param_dtype: torch.dtype = torch.float32, device="cpu",
                 opt_args: dict | None = None, seed: int = 0) -> RankReport:
@@ -375,9 +324,8 @@ def train_ranks(optimizer_cls, comm: Comm, stage: int, *, cfg: GPTConfig | str =
     cfg = COURSE_CONFIGS[cfg] if isinstance(cfg, str) else cfg
     device = torch.device(device)
     flat_model = FlatModel.of(cfg)
-    meter = _Meter(device)  # before anything of this run exists on the device
-    init = flat_model.initial(seed, device)
-    try:
+    with open_meter(device, stat="allocated") as meter:  # before anything of this run exists on the device
+        init = flat_model.initial(seed, device)
         opt = optimizer_cls(init, comm, stage, param_dtype=param_dtype, **(opt_args or {}))
         del init
         for step in range(steps):
@@ -390,11 +338,10 @@ def train_ranks(optimizer_cls, comm: Comm, stage: int, *, cfg: GPTConfig | str =
             opt.step(grad)
             del grad
         comm.settle()
-        at_rest, peak = meter.now(), meter.peak()
+        gc.collect()  # "alive" means reachable: a tensor in a collectable cycle (a traceback, a closure) is not
+        at_rest, peak = meter.current, meter.peak
         sent = comm.sent_bytes - sent_before
         calls = comm.calls[calls_before:]
-    finally:
-        meter.close()
     final = opt.gather_params()[:flat_model.numel].float().clone()
     report = RankReport(comm.rank, final if comm.rank == 0 else None, buffer_bytes(opt), at_rest, peak, sent, calls,
                         meter.workspace)
@@ -597,14 +544,13 @@ def _train_engine(rank, world_size, wrap, make_opt, *, cfg, steps, batch, seq, o
     """Train the course GPT wrapped by `wrap` (FSDP2, DDP) on the same batches as train_ranks."""
     cfg = COURSE_CONFIGS[cfg] if isinstance(cfg, str) else cfg
     dev = torch.device(f"cuda:{torch.cuda.current_device()}" if device == "cuda" else device)
-    meter = _Meter(dev)
-    with _GLOBAL_RNG:
-        torch.manual_seed(seed)
-        with torch.device(dev):
-            model = GPT(cfg)
-    model = wrap(model, dev)
-    opt = make_opt(model, dict(opt_args or {}))
-    try:
+    with open_meter(dev, stat="allocated") as meter:
+        with _GLOBAL_RNG:
+            torch.manual_seed(seed)
+            with torch.device(dev):
+                model = GPT(cfg)
+        model = wrap(model, dev)
+        opt = make_opt(model, dict(opt_args or {}))
         for step in range(steps):
             idx, targets = rank_batch(cfg, step, rank, batch, seq, dev)
             if step == steps - 1:
@@ -613,9 +559,8 @@ def _train_engine(rank, world_size, wrap, make_opt, *, cfg, steps, batch, seq, o
             model(idx, targets).backward()
             opt.step()
             del idx, targets
-        at_rest, peak = meter.now(), meter.peak()
-    finally:
-        meter.close()
+        gc.collect()
+        at_rest, peak = meter.current, meter.peak
     out = dict(rank=rank, inventory=_engine_inventory(model, opt), at_rest=at_rest, peak=peak,
                cublas_workspace=meter.workspace)
     full = {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach() for n, p in model.named_parameters()}

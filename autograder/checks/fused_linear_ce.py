@@ -30,7 +30,7 @@ from autograder.checks.numerics import (assert_close_by_rule, call_pure, expect_
                                         training_half)
 from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
 from memfit.hardware import config as _config
-from memfit.meter import (LIVE_TENSORS, LiveTensorMeter, _interpreter_launches_free, format_bytes,
+from memfit.meter import (LIVE_TENSORS, LiveTensorMeter, format_bytes,
                           measure_peak)
 
 DTYPES = tuple(memfit.profile().dtypes)
@@ -408,8 +408,7 @@ def _tile_axes(case, dtype) -> dict:
 
 def _softmax_free(fn, what):
     """fn() with PyTorch's ops recorded (an interpreted launch's own copies not): the softmax is the kernels'."""
-    recorder = LiveTensorMeter()
-    with _interpreter_launches_free(recorder), recorder:
+    with LiveTensorMeter() as recorder:
         got = fn()
     _no_softmax(recorder.ops, what)
     return got
