@@ -193,7 +193,7 @@ def markdown(result: dict) -> str:
 
 
 if __name__ == "__main__":  # this lesson alone: python -m benchmarks.flash_attention [--sweep]
-    from benchmarks.__main__ import record_one
+    from benchmarks.record import record_one
     if "--sweep" in sys.argv:
         record_one("flash_attention", note="tile sweep for memfit.hardware's flash entries", part="sweep",
                    run=lambda: dict(title="Lesson 05: tile sweep", speed=[], memory=[], sweep=sweep()))

@@ -138,6 +138,6 @@ def markdown(result: dict) -> str:
 
 
 if __name__ == "__main__":  # this lesson alone: python -m benchmarks.fused_linear_ce
-    from benchmarks.__main__ import record_one
+    from benchmarks.record import record_one
     record_one("fused_linear_ce", note="the reference, PyTorch's chain, Liger Kernel 0.8.5 and Cut Cross-Entropy "
                                        "25.1.1 measured in this one run")

@@ -107,5 +107,5 @@ def markdown(result: dict) -> str:
 
 
 if __name__ == "__main__":  # this lesson alone: python -m benchmarks.kernel_fusion
-    from benchmarks.__main__ import record_one
+    from benchmarks.record import record_one
     record_one("kernel_fusion", note="eager, torch.compile and ours measured in this one run")

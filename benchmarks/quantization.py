@@ -181,5 +181,5 @@ if __name__ == "__main__":
     if "--sweep" in sys.argv:
         sweep()
     else:
-        from benchmarks.__main__ import record_one
+        from benchmarks.record import record_one
         record_one("quantization")

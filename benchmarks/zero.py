@@ -80,5 +80,5 @@ def markdown(result: dict) -> str:
 
 
 if __name__ == "__main__":  # this lesson alone, on 2+ GPUs: python -m benchmarks.zero
-    from benchmarks.__main__ import record_one
+    from benchmarks.record import record_one
     record_one("zero", multi_gpu=True)

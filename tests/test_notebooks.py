@@ -9,8 +9,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="skipped: nbformat is not installed (make test installs it)")
 
 from course import course_env
-from autograder.checks import checks_for
-from course.notebook_loader import is_test_cell, lesson_of, read_notebook
+from course.notebook_loader import lesson_of, read_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -36,12 +35,11 @@ def test_notebook_is_valid_and_has_no_outputs(path):
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
 def test_grade_ids_unique_and_matching_the_grader(path):
+    from tools.make_lessons import graded_cells_disagreeing
     nb = read_notebook(path)
     ids = [nbgrader_meta(c)["grade_id"] for c in nb["cells"] if nbgrader_meta(c).get("grade_id")]
     assert len(ids) == len(set(ids)), f"duplicate grade ids: {sorted({i for i in ids if ids.count(i) > 1})}"
-    tests = {nbgrader_meta(c)["grade_id"]: nbgrader_meta(c)["points"] for c in nb["cells"] if is_test_cell(c)}
-    graded = {c.name: c.points for c in checks_for(path.stem)}
-    assert tests == graded, f"test cells {tests} != grader's CHECKS {graded}"
+    assert not graded_cells_disagreeing(path.stem)
     for cell in nb["cells"]:
         src = "".join(cell["source"])
         if nbgrader_meta(cell).get("solution"):
@@ -82,3 +80,14 @@ def test_solution_runs_top_to_bottom(lesson):
                           env=course_env(MPLBACKEND="Agg"), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stderr.strip().splitlines()[-1])
+
+
+def test_the_readme_has_one_row_per_lesson_in_order():
+    """The README's lesson table follows solutions/: a row per lesson, numbered, linking its solution notebook and the
+    learner's release in Colab (a lesson added without its row, or a row left after a lesson went, fails here)."""
+    import re
+    from course.lessons import lessons
+    rows = re.findall(r"^\| (\d\d) \| \[[^\]]+\]\(solutions/([^)]+)\.ipynb\) \(\[open in Colab\]\([^)]*/lessons/([^)]+)\.ipynb\)\)",
+                      (ROOT / "README.md").read_text(), flags=re.M)
+    assert rows == [(name[:2], name, name) for name in lessons()], \
+        f"README's lesson table rows {rows} should be one per solutions/ notebook: {lessons()}"

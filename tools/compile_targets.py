@@ -27,8 +27,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from course import ROOT  # noqa: E402
-from autograder.checks import lesson_topic  # noqa: E402
+from course.lessons import checks_module, lessons  # noqa: E402
 from course.notebook_loader import NotebookError, lesson_of, load_notebook, load_solution, read_notebook  # noqa: E402
 from memfit.hardware import config, profile_for  # noqa: E402
 from memfit.runtime import cpu_share  # noqa: E402
@@ -38,10 +37,10 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages")
 
 def lessons_with_kernels():
     import importlib
-    for nb in sorted((ROOT / "solutions").glob("*.ipynb")):
-        module = importlib.import_module(f"autograder.checks.{lesson_topic(nb.stem)}")
+    for lesson in lessons():
+        module = importlib.import_module(checks_module(lesson))
         if getattr(module, "KERNELS", None):
-            yield nb.stem, module.KERNELS
+            yield lesson, module.KERNELS
 
 
 def compile_one(fn, spec, prof, dtype: str) -> int:

@@ -4,6 +4,10 @@ memfit/from_lessons/<topic>.py from the solution cells marked `#@save`.
     python -m tools.make_lessons            # regenerate lessons/ and memfit/from_lessons/
     python -m tools.make_lessons --check    # exit 1 if either is stale (make test runs this)
 
+Both also hold each solution notebook to its checks: the notebook's graded test cells (nbgrader grade_id and
+points) must be exactly the Check objects of autograder/checks/<topic>.py's CHECKS (name and points), so a check
+is added by writing its test cell and its Check, and a disagreement stops make lessons with both sides named.
+
 nbgrader's generate_assignment does the work (solution regions -> stubs, hidden tests removed,
 outputs cleared, checksums of locked cells), so lessons/ is exactly what an nbgrader course
 releases. The result is normalized (stable JSON, no cell ids) so that regenerating is a no-op.
@@ -23,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from course import ROOT, course_env
+from course.lessons import lessons, topic
 
 
 def nbgrader_command() -> list[str]:
@@ -93,17 +98,42 @@ def saved_code(lesson: str) -> str | None:
 
 
 def library_path(lesson: str) -> Path:
-    return LIBRARY / f"{lesson.split('_', 1)[1]}.py"
+    return LIBRARY / f"{topic(lesson)}.py"
 
 
-def lessons() -> list[str]:
-    return sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
+def graded_cells_disagreeing(lesson: str) -> list[str]:
+    """How the solution notebook's graded test cells and the lesson's CHECKS differ ([] when they agree)."""
+    from autograder.checks import checks_for
+    from course.notebook_loader import is_test_cell, read_notebook
+    cells = [c["metadata"]["nbgrader"] for c in read_notebook(ROOT / "solutions" / f"{lesson}.ipynb")["cells"]
+             if is_test_cell(c)]
+    problems = [f"two test cells have grade_id {g!r}" for g in sorted({c["grade_id"] for c in cells})
+                if [c["grade_id"] for c in cells].count(g) > 1]
+    in_notebook = {c["grade_id"]: c.get("points") for c in cells}
+    in_checks = {check.name: check.points for check in checks_for(lesson)}
+    where = f"solutions/{lesson}.ipynb"
+    for name in in_notebook.keys() - in_checks.keys():
+        problems.append(f"{where} has a graded test cell {name!r} that no Check of autograder/checks/"
+                        f"{topic(lesson)}.py grades: add Check({name!r}, ...) to CHECKS or make the cell ungraded")
+    for name in in_checks.keys() - in_notebook.keys():
+        problems.append(f"CHECKS of autograder/checks/{topic(lesson)}.py grades {name!r}, but {where} has no graded "
+                        f"test cell with that grade_id: add the test cell (nbgrader metadata grade_id {name!r})")
+    for name in in_checks.keys() & in_notebook.keys():
+        if in_notebook[name] != in_checks[name]:
+            problems.append(f"{name}: {where} gives {in_notebook[name]} points, CHECKS {in_checks[name]}: "
+                            "make them equal")
+    return problems
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report whether lessons/ is stale")
     args = parser.parse_args(argv)
+    disagreeing = [f"{lesson}: {problem}" for lesson in lessons() for problem in graded_cells_disagreeing(lesson)]
+    for problem in disagreeing:
+        print(problem)
+    if disagreeing:
+        return 1
     stale = []
     with tempfile.TemporaryDirectory(prefix="nbgrader-") as tmp:
         generate = releaser(Path(tmp))

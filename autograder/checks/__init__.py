@@ -15,6 +15,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
+from course.lessons import checks_module, topic
+
 CASES = ("visible", "hidden", "all")
 
 
@@ -115,17 +117,12 @@ def check_cases(cases: str) -> tuple[bool, bool]:
     return cases in ("visible", "all"), cases in ("hidden", "all")
 
 
-def lesson_topic(lesson: str) -> str:
-    """'00_first_kernel' -> 'first_kernel'."""
-    return lesson.split("_", 1)[1]
-
-
 def checks_for(lesson: str) -> list[Check]:
     """The CHECKS list of a lesson; LookupError names the lesson when it has none."""
     try:
-        module = importlib.import_module(f"autograder.checks.{lesson_topic(lesson)}")
+        module = importlib.import_module(checks_module(lesson))
     except ModuleNotFoundError as exc:
-        raise LookupError(f"no checks exist for lesson {lesson} (autograder/checks/{lesson_topic(lesson)}.py)") from exc
+        raise LookupError(f"no checks exist for lesson {lesson} (autograder/checks/{topic(lesson)}.py)") from exc
     return list(module.CHECKS)
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import importlib
 from typing import Iterable
 
-from autograder.checks import checks_for, lesson_topic
+from autograder.checks import checks_for
+from course.lessons import checks_module, topic
 
 
 def values_of(case_value) -> tuple:
@@ -42,10 +43,10 @@ def uncovered(axes: dict[str, Iterable], cases: list[dict]) -> list[str]:
 
 def lesson_axes(lesson: str):
     """(AXES, case_axes) of a lesson's check module; AttributeError names what it lacks."""
-    module = importlib.import_module(f"autograder.checks.{lesson_topic(lesson)}")
+    module = importlib.import_module(checks_module(lesson))
     for name in ("AXES", "case_axes"):
         if not hasattr(module, name):
-            raise AttributeError(f"autograder/checks/{lesson_topic(lesson)}.py defines no {name}")
+            raise AttributeError(f"autograder/checks/{topic(lesson)}.py defines no {name}")
     return module.AXES, module.case_axes
 
 

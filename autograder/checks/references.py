@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from course.lessons import topic
+
 _VALUES: dict[str, Any] = {}
 _recording = False
 
@@ -57,7 +59,7 @@ def load(path: str | Path) -> int:
 def record(lesson: str, path: str | Path) -> int:
     """Run the lesson's checks marked references=True on its reference code; save every value they asked for."""
     from autograder.checks import checks_for
-    reference_code = __import__(f"memfit.from_lessons.{lesson.split('_', 1)[1]}", fromlist=["*"])
+    reference_code = __import__(f"memfit.from_lessons.{topic(lesson)}", fromlist=["*"])
     kept = keep_computed(True)
     try:
         for check in checks_for(lesson):
