@@ -1,7 +1,7 @@
 """make slides: every deck under slides/decks/ -> slides/build/<deck>.html and <deck>.pdf, offline.
 
-For each deck: run slides/figures/<deck>.py (its facts and figures, from the course's code and recorded results),
-substitute and render the Markdown, render the math with KaTeX (node, at build time), write the HTML next to a
+For each deck: import slides/figures/<deck>.py (its companion: the names the deck's {{ expressions }} use, and its
+figures, from the course's code and recorded results), substitute and render the Markdown, render the math with KaTeX (node, at build time), write the HTML next to a
 local copy of reveal.js and KaTeX (build/vendor/), then print it to PDF in headless Chromium, one page per slide.
 """
 from __future__ import annotations
@@ -94,14 +94,16 @@ def render_math(formulas: list[tuple[str, bool]]) -> list[str]:
 
 
 def load_figures(name: str):
-    """slides/figures/<name>.py: the deck's facts() and fig_*() functions."""
+    """slides/figures/<name>.py: the deck's companion, the namespace of its expressions and its fig_*() functions."""
     try:
         return importlib.import_module(f"slides.figures.{name}")
     except ModuleNotFoundError as e:
         if e.name == f"slides.figures.{name}":
-            raise DeckError(f"{name}: slides/figures/{name}.py is missing (every deck has one: its facts and "
-                            f"figures)") from e
+            raise DeckError(f"{name}: slides/figures/{name}.py is missing (every deck has one: the names its "
+                            f"expressions use, its figures)") from e
         raise
+    except (FileNotFoundError, KeyError, ValueError) as e:  # the companion computes on import: a missing record
+        raise DeckError(f"{name}: slides/figures/{name}.py could not compute what the deck quotes: {e}") from e
 
 
 def build_html(name: str, out: Path, source: str | None = None, module=None) -> Deck:
@@ -109,8 +111,7 @@ def build_html(name: str, out: Path, source: str | None = None, module=None) -> 
     source / module: a deck's text and figures module given directly (the tests' broken decks)."""
     module = module or load_figures(name)
     text = source if source is not None else (DECKS / f"{name}.md").read_text()
-    facts = module.facts() if hasattr(module, "facts") else {}
-    deck = parse(name, text, facts)
+    deck = parse(name, text, vars(module))  # {{ expressions }} see the companion's names
     assets = out / "assets" / name
     assets.mkdir(parents=True, exist_ok=True)
     figure_src = {}

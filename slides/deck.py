@@ -11,10 +11,12 @@ A deck is slides/decks/<name>.md:
     Note:
     Speaker notes, to the slide's end.
 
-{{ key }} is replaced by the string slides/figures/<name>.py's facts() gives for it, before Markdown is read
-(so a fact may be a whole Markdown table). fig:NAME is the SVG that module's fig_NAME() draws. A line holding only
-`||` splits a slide's body into two columns. $...$ and $$...$$ are rendered by KaTeX at build time. Every missing
-fact, figure or malformed math is an error that names the deck and the slide: a deck never shows a hole.
+{{ expr }} is a Python expression evaluated in the namespace of slides/figures/<name>.py, the deck's companion
+(its names, the helpers it imports), and replaced by its value before Markdown is read (so it may be a whole Markdown
+table); {{ expr | spec }} formats the value with format(value, spec), e.g. {{ n8b | , }} or {{ share | .0% }}.
+fig:NAME is the SVG the companion's fig_NAME() draws. A line holding only `||` splits a slide's body into two columns.
+$...$ and $$...$$ are rendered by KaTeX at build time. Every expression that fails, missing figure or malformed math
+is an error that names the deck and the slide: a deck never shows a hole.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ class DeckError(ValueError):
 @dataclass
 class Slide:
     number: int              # 1-based, as the slide counter shows it
-    body: str                # Markdown, facts substituted
+    body: str                # Markdown, expressions substituted
     notes: str = ""
     figures: list[str] = field(default_factory=list)
 
@@ -44,7 +46,8 @@ class Deck:
     slides: list[Slide]
 
 
-FACT = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+# {{ expr }} or {{ expr | format spec }}: the spec is what follows the last ` | ` (a format spec holds no `|`)
+EXPRESSION = re.compile(r"\{\{\s*(.+?)(?:\s+\|\s*([^|{}]*?))?\s*\}\}", re.S)
 FIGURE = re.compile(r"!\[([^\]]*)\]\(fig:([A-Za-z_][A-Za-z0-9_]*)\)")
 # $$...$$ first (display), then $...$ (inline: no space after the opening or before the closing $, so "$5 and $6" is text)
 MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?=\S)(.+?)(?<=\S)(?<!\\)\$(?!\d)", re.S)
@@ -53,8 +56,8 @@ NOTES = re.compile(r"^Note:[ \t]*$", re.M)
 COLUMN_BREAK = re.compile(r"^\|\|[ \t]*$", re.M)
 
 
-def parse(name: str, text: str, facts: dict[str, str]) -> Deck:
-    """Split the source into front matter and slides, and substitute the facts."""
+def parse(name: str, text: str, namespace: dict) -> Deck:
+    """Split the source into front matter and slides, and substitute each {{ expression }}'s value."""
     parts = SEPARATOR.split(text)
     if len(parts) < 3 or parts[0].strip():
         raise DeckError(f"{name}: a deck starts with front matter between two `---` lines (title: ...)")
@@ -71,19 +74,21 @@ def parse(name: str, text: str, facts: dict[str, str]) -> Deck:
         if not source.strip():
             raise DeckError(f"{name}, slide {number}: the slide is empty (two `---` in a row?)")
         body, notes = NOTES.split(source, maxsplit=1) if NOTES.search(source) else (source, "")
-        body, notes = _substitute(name, number, body, facts), _substitute(name, number, notes, facts)
+        body, notes = _substitute(name, number, body, namespace), _substitute(name, number, notes, namespace)
         slides.append(Slide(number, body.strip(), notes.strip(), [m.group(2) for m in FIGURE.finditer(body)]))
     return Deck(name, meta, slides)
 
 
-def _substitute(deck: str, number: int, text: str, facts: dict[str, str]) -> str:
+def _substitute(deck: str, number: int, text: str, namespace: dict) -> str:
     def value(m: re.Match) -> str:
-        key = m.group(1)
-        if key not in facts:
-            raise DeckError(f"{deck}, slide {number}: no fact {key!r} (slides/figures/{deck}.py's facts() "
-                            f"gives {', '.join(sorted(facts)) or 'none'})")
-        return str(facts[key])
-    return FACT.sub(value, text)
+        expr, spec = m.group(1), m.group(2)
+        try:
+            result = eval(expr, dict(namespace))  # a copy: an expression cannot change what the next one sees
+            return format(result, spec) if spec is not None else str(result)
+        except Exception as e:
+            raise DeckError(f"{deck}, slide {number}: {m.group(0)} failed in slides/figures/{deck}.py's namespace: "
+                            f"{type(e).__name__}: {e}") from e
+    return EXPRESSION.sub(value, text)
 
 
 _markdown = mistune.create_markdown(escape=False, plugins=["table", "strikethrough"])

@@ -83,10 +83,18 @@ def test_built_html_names_no_network(built):
 
 # ---- the build refuses a deck with a hole in it ----------------------------------------------------------------
 
-def test_missing_fact_names_deck_slide_and_fact():
+def test_missing_name_or_failing_expression_names_deck_slide_and_expression():
     text = "---\ntitle: t\n---\n# one\n---\n## two\n{{ nowhere }}\n"
-    with pytest.raises(DeckError, match=r"demo, slide 2: no fact 'nowhere'.*gives known"):
+    with pytest.raises(DeckError, match=r"demo, slide 2: \{\{ nowhere \}\} failed.*name 'nowhere' is not defined"):
         parse("demo", text, {"known": "1"})
+    with pytest.raises(DeckError, match=r"demo, slide 2: \{\{ known\['x'\] \| \.1f \}\} failed.*KeyError"):
+        parse("demo", text.replace("nowhere", "known['x'] | .1f"), {"known": {}})
+
+
+def test_expressions_are_evaluated_and_formatted_in_the_namespace():
+    text = "---\ntitle: t\n---\n# {{ n | , }} bytes, {{ share | .0% }}, {{ gib(n) }}, {{ n * 2 }}\n"
+    deck = parse("demo", text, {"n": 2**30, "share": 0.254, "gib": lambda b: f"{b / 2**30:.1f} GiB"})
+    assert deck.slides[0].body == "# 1,073,741,824 bytes, 25%, 1.0 GiB, 2147483648"
 
 
 def test_front_matter_and_empty_slides_are_errors():
@@ -100,7 +108,7 @@ def test_front_matter_and_empty_slides_are_errors():
 
 def test_missing_figure_and_bad_math_are_errors(tmp_path):
     need_node()
-    module = types.SimpleNamespace(facts=lambda: {})
+    module = types.SimpleNamespace()
     with pytest.raises(DeckError, match=r"demo, slide 1: fig:chart has no fig_chart\(\)"):
         slides_build.build_html("demo", tmp_path, source="---\ntitle: t\n---\n# a\n![c](fig:chart)\n", module=module)
     slides_build.ensure_node_modules()
@@ -108,7 +116,7 @@ def test_missing_figure_and_bad_math_are_errors(tmp_path):
         slides_build.build_html("demo", tmp_path, source="---\ntitle: t\n---\n# a\n$\\frac{1}$\n", module=module)
 
 
-def test_facts_math_columns_and_notes_render(tmp_path):
+def test_expressions_math_columns_and_notes_render(tmp_path):
     need_node()
     import matplotlib.pyplot as plt
 
@@ -116,9 +124,8 @@ def test_facts_math_columns_and_notes_render(tmp_path):
         fig, ax = plt.subplots()
         ax.plot([0, 1], [1, 0])
         return fig
-    module = types.SimpleNamespace(facts=lambda: {"n": "1,024", "table": "| a | b |\n| --- | --- |\n| 1 | 2 |"},
-                                   fig_line=fig_line)
-    source = ("---\ntitle: t\n---\n# a\n---\n## cols\n{{ n }} bytes, $x_i^2$ and $5 and $6\n||\n"
+    module = types.SimpleNamespace(n=1024, table="| a | b |\n| --- | --- |\n| 1 | 2 |", fig_line=fig_line)
+    source = ("---\ntitle: t\n---\n# a\n---\n## cols\n{{ n | , }} bytes, $x_i^2$ and $5 and $6\n||\n"
               "![a line](fig:line)\n{{ table }}\nNote:\nsay $\\alpha$\n")
     slides_build.build_html("demo", tmp_path, source=source, module=module)
     html = (tmp_path / "demo.html").read_text()
@@ -160,7 +167,7 @@ def test_inspection_catches_each_kind_of_broken_slide(tmp_path):
     slides_build.ensure_node_modules()
     slides_build.copy_vendor(tmp_path)
     source = BROKEN.replace("{long}", "\n".join(f"- line {i}" for i in range(40)))
-    slides_build.build_html("broken", tmp_path, source=source, module=types.SimpleNamespace(facts=lambda: {}))
+    slides_build.build_html("broken", tmp_path, source=source, module=types.SimpleNamespace())
     problems = inspect_deck(tmp_path / "broken.html").problems
     text = "\n".join(problems)
     expected = {"the HTML refers to the network: https://example.com/logo.png": "an http reference",

@@ -2,63 +2,50 @@
 the memory meter on the lesson's scaled_add, and the H100 bandwidth record."""
 from __future__ import annotations
 
-import functools
+from types import SimpleNamespace
 
 import matplotlib.patches as patches
+import torch
 
-from slides.figures import COLORS, figure, gib, lesson, markdown_table, measured_on, record, source
+import memfit
+from memfit.hardware import KNOWN_GPUS, KiB, config, profile_for
+from slides.figures import COLORS, dtype_name, figure, gb, gib, kib, lesson, markdown_table, measured_on, record, source
 
 
-@functools.cache
-def _meter() -> dict:
+ref = lesson("00_first_kernel")
+embed = ref.bytes_of((128256, 4096), torch.bfloat16)
+scaled_add = config("scaled_add", profile_for("t4"))
+bench = record("first_kernel", file="h100")
+table = bench["first_kernel"]
+ours, eager = (next(r for r in table["rows"] if r["impl"].startswith(impl) and r["dtype"] == "float32")
+               for impl in ("reference", "eager"))
+
+
+def _measure() -> SimpleNamespace:
     """PyTorch's x + 0.5 * y against the lesson's scaled_add, on the course's memory meter, here and now."""
-    import memfit
-    import torch
-    ref = lesson("00_first_kernel")
     n = memfit.size("first_kernel")["n_demo"]
     x, y = torch.randn(n, device=memfit.DEVICE), torch.randn(n, device=memfit.DEVICE)
     _, eager = memfit.measure_peak(lambda: x + 0.5 * y)
     _, fused = memfit.measure_peak(lambda: ref.scaled_add(x, y, 0.5))
-    return {"n": n, "output": ref.bytes_of(x.shape, x.dtype), "eager": eager.peak_bytes, "fused": fused.peak_bytes}
+    return SimpleNamespace(n=n, output=ref.bytes_of(x.shape, x.dtype), eager=eager.peak_bytes, fused=fused.peak_bytes)
 
 
-def facts() -> dict[str, str]:
-    import torch
-    from memfit.hardware import KNOWN_GPUS, KiB, config, profile_for
-    bytes_of = lesson("00_first_kernel").bytes_of
-    embed = bytes_of((128256, 4096), torch.bfloat16)
+meter = _measure()
+
+
+def profiles_table() -> str:
     rows = [["`cpu`", "a laptop", "—", "—", "fp32, fp16", "interpreter, live-tensor meter"]]
     for name, spec in KNOWN_GPUS.items():
-        prof = profile_for(name)
         rows.append([f"`{name}`", spec["gpu_name"], f"sm_{spec['capability'][0]}{spec['capability'][1]}",
                      f"{spec['shared_memory_per_block'] // KiB} KiB",
-                     ", ".join(str(d).replace("torch.", "").replace("float", "fp").replace("bfp16", "bf16")
-                               for d in prof.dtypes), "compiled, CUDA allocator"])
-    bench = record("first_kernel", file="h100")
-    table = bench["first_kernel"]
-    bench_rows = [[r["impl"], r["dtype"].replace("float", "fp").replace("bfp16", "bf16"), f"{r['ms']:.3f}",
-                   f"{r['tbps']:.2f}", f"{100 * r['of_copy_ceiling']:.0f}%", f"{r['peak_extra_mib']:,.0f}"]
-                  for r in table["rows"]]
-    meter = _meter()
-    ours = next(r for r in table["rows"] if r["impl"].startswith("reference") and r["dtype"] == "float32")
-    eager = next(r for r in table["rows"] if r["impl"].startswith("eager") and r["dtype"] == "float32")
-    cfg = config("scaled_add", profile_for("t4"))
-    return {
-        "profiles_table": markdown_table(["profile", "card", "arch", "shared mem / block", "dtypes", "kernels, memory"],
-                                         rows),
-        "embed_bytes": f"{embed:,}", "embed_gb": f"{embed / 1e9:.2f} GB", "embed_gib": gib(embed, 2),
-        "block": str(cfg["BLOCK"]), "warps": str(cfg["num_warps"]),
-        "meter_n": f"{meter['n']:,}", "meter_output": f"{meter['output'] / 2**10:,.0f} KiB",
-        "meter_eager": f"{meter['eager'] / 2**10:,.0f} KiB", "meter_fused": f"{meter['fused'] / 2**10:,.0f} KiB",
-        "meter_ratio": f"{meter['eager'] / meter['fused']:.1f}",
-        "meter_where": measured_on(),
-        "bench_table": markdown_table(["implementation", "dtype", "ms", "TB/s", "of copy", "peak extra MiB"],
-                                      bench_rows),
-        "bench_source": source(bench),
-        "copy_ceiling": f"{table['copy_ceiling_tbps']:.2f} TB/s",
-        "ours_tbps": f"{ours['tbps']:.2f} TB/s", "ours_share": f"{100 * ours['of_copy_ceiling']:.0f}%",
-        "eager_tbps": f"{eager['tbps']:.2f} TB/s", "eager_share": f"{100 * eager['of_copy_ceiling']:.0f}%",
-    }
+                     ", ".join(dtype_name(d) for d in profile_for(name).dtypes), "compiled, CUDA allocator"])
+    return markdown_table(["profile", "card", "arch", "shared mem / block", "dtypes", "kernels, memory"], rows)
+
+
+def bench_table() -> str:
+    return markdown_table(["implementation", "dtype", "ms", "TB/s", "of copy", "peak extra MiB"],
+                          [[r["impl"], dtype_name(r["dtype"]), f"{r['ms']:.3f}", f"{r['tbps']:.2f}",
+                            f"{r['of_copy_ceiling']:.0%}", f"{r['peak_extra_mib']:,.0f}"] for r in table["rows"]])
 
 
 def fig_masked_blocks():
@@ -86,8 +73,6 @@ def fig_masked_blocks():
 
 def fig_bandwidth():
     """The recorded H100 run: TB/s of each implementation against the measured copy ceiling."""
-    bench = record("first_kernel", file="h100")
-    table = bench["first_kernel"]
     rows = [r for r in table["rows"] if r["dtype"] == "float32"]
     fig, ax = figure(figsize=(8.5, 4.0))
     names = [r["impl"].replace(" (Triton)", "\n(Triton)").replace("eager ", "eager\n") for r in rows]

@@ -3,15 +3,12 @@ its state_bytes, an itemised 8B tally checked, a training step of the course GPT
 machine, and what the recorded H100 run of the notebook saw between a prediction and nvidia-smi."""
 from __future__ import annotations
 
-import ast
 import functools
-import re
 import textwrap
 
 import matplotlib.patches as patches
 
 from slides.figures import COLORS, figure, gb, gib, lesson, markdown_table, measured_on, record, source
-from slides.figures import file_date, find_line, newest_result  # text records
 
 LESSON = "01_model_states"
 
@@ -124,35 +121,11 @@ def _measured_states() -> list[dict]:
 
 @functools.cache
 def _notebook_log() -> dict:
-    """Lesson 01's section of the newest recorded H100 run of the notebooks (a text log: make notebooks on a GPU),
-    with the numbers its GPU-only cells printed."""
-    path = newest_result("*h100*notebooks.txt")
-    text = path.read_text()
-    section = re.search(r"ran top to bottom[^\n]*\n(.*?solutions/01_model_states\.ipynb: ran top to bottom[^\n]*)",
-                        text, re.S)
-    if section is None:
-        raise ValueError(f"{path}: holds no run of solutions/01_model_states.ipynb")
-    body = section.group(1)
-
-    def find(pattern: str) -> re.Match:
-        return find_line(pattern, body, path, 0)
-
-    head = find(r"torch (\S+), device: cuda \((\w+): ([^,]+),")
-    small = find(r"(course-\w+): ([\d,]+) parameters, batch (\d+) x (\d+) tokens, (\w+)")
-    return {
-        "path": f"benchmarks/results/{path.name}", "torch": head.group(1), "device": head.group(3),
-        "date": file_date(path),
-        "model": small.group(1), "n": int(small.group(2).replace(",", "")), "batch": small.group(3),
-        "seq": small.group(4), "precision": small.group(5),
-        "predicted": ast.literal_eval(find(r"predicted states: (\{.*\})").group(1)),
-        "measured": ast.literal_eval(find(r"measured states: +(\{.*\})").group(1)),
-        "in_use": find(r"device memory in use: ([\d.]+ \w+);").group(1),
-        "reserved": find(r"PyTorch reserved ([\d.]+ \w+),").group(1),
-        "allocated": find(r"allocated ([\d.]+ \w+)\n").group(1),
-        "context": find(r"outside the allocator[^:]*: about ([\d.]+ \w+)").group(1),
-        "workspace": find(r"cuBLAS workspace of a new stream: ([\d.]+ \w+)").group(1),
-        "one_byte": find(r"a 1-byte tensor occupies (\d+) bytes").group(1),
-    }
+    """Lesson 01's GPU cells in the newest recorded H100 run of the notebooks, read by key from the log's JSON
+    companion (python -m slides.log_records)."""
+    rec = record("lesson01_log")
+    return {**rec["lesson01_log"], "device": rec["device"], "torch": rec["torch"], "date": rec["date"],
+            "path": rec["log"]}
 
 
 def _log_source(log: dict) -> str:
@@ -161,193 +134,6 @@ def _log_source(log: dict) -> str:
 
 def _mib(n: float) -> str:
     return f"{n / 2**20:,.2f} MiB"
-
-
-# ------------------------------------------------------------------------------------------ facts
-
-def facts() -> dict[str, str]:
-    import memfit
-    from autograder.checks import CheckFailed
-    from autograder.checks import model_states as checks
-    from memfit.gpt import LLAMA_3_1_8B
-    ref = _ref()
-    cfg = LLAMA_3_1_8B
-    n8b = ref.count_params(cfg)
-    h, kv, L, f = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.n_layers, cfg.ffn_hidden
-    parts = _split(cfg)
-    rule = 12 * L * h * h
-    h100, h200 = record("first_kernel", file="h100"), record("first_kernel", file="h200")
-    out: dict[str, str] = {}
-
-    # the itemised tally
-    tally_bpp = sum(b for _, _, b in TALLY_ITEMS)
-    out["tally_table"] = markdown_table(
-        ["the tally's item", "bytes / param", "× 8B"],
-        [[name, str(b), f"{TALLY_N * b / 1e9:.0f} GB"] for name, _, b in TALLY_ITEMS]
-        + [["temporary buffers, communication", "", f"+ {TALLY_OVERHEAD}"]])
-    out["tally_sum"] = f"{TALLY_N * tally_bpp / 1e9:.0f} GB"
-    out["tally_bpp"] = str(tally_bpp)
-    out["tally_overhead"] = TALLY_OVERHEAD
-    out["tally_quoted"] = f"{TALLY_N * TALLY_QUOTED_BYTES_PER_PARAM / 1e9:.0f} GB"
-    out["tally_quoted_bpp"] = str(TALLY_QUOTED_BYTES_PER_PARAM)
-    out["h100_gib"] = f"{h100['memory_gib']:.1f} GiB"
-    out["h200_gib"] = f"{h200['memory_gib']:.1f} GiB"
-    out["h100_name"], out["h200_name"] = h100["device"], h200["device"]
-    out["h100_source"] = f"GPU memory as torch reports it: {source(h100)}"
-    out["gpu_source"] = f"GPU memory as torch reports it: {source(h100)}; {source(h200)}"
-
-    # counting
-    out["n8b"] = f"{n8b:,}"
-    out["n8b_b"] = _b(n8b)
-    out["meta_8b"] = f"{_meta_count(cfg):,}"
-    out["meta_equal"] = "equal" if _meta_count(cfg) == n8b else "NOT equal"
-    piece_rows = [
-        ["token embedding", "`embed`", "V × h", f"{cfg.vocab_size * h:,}"],
-        ["RMSNorm before attention", "`norm1.weight`", "h", f"{h:,}"],
-        ["q, k, v projections", "`wqkv`", "h × (h + 2·kv)", f"{h * (h + 2 * kv):,}"],
-        ["attention output", "`wo`", "h × h", f"{h * h:,}"],
-        ["RMSNorm before the MLP", "`norm2.weight`", "h", f"{h:,}"],
-        ["SwiGLU gate + up, down", "`w13`, `w2`", "h × 2f, f × h", f"{3 * h * f:,}"],
-        ["final RMSNorm", "`norm.weight`", "h", f"{h:,}"],
-        ["output head (untied)", "`head`", "h × V", f"{cfg.vocab_size * h:,}"],
-    ]
-    out["pieces_table"] = markdown_table(["piece", "weights", "shape", "Llama-3.1-8B"], piece_rows)
-    out["cfg_8b"] = (f"V = {cfg.vocab_size:,}, h = {h:,}, L = {L}, {cfg.n_heads} query heads, {cfg.n_kv_heads} "
-                     f"key/value heads of {cfg.head_dim}, f = {f:,}")
-    out["kv"] = f"{kv:,}"
-    out["gqa_ratio"] = f"{cfg.n_heads // cfg.n_kv_heads}"
-    out["f_ratio"] = f"{f / h:g}"
-    out["attn_h2"] = f"{(h * (h + 2 * kv) + h * h) / h**2:g}"
-    out["mlp_h2"] = f"{3 * h * f / h**2:g}"
-    out["layer_h2"] = f"{(h * (h + 2 * kv) + h * h + 3 * h * f) / h**2:g}"
-    out["rule_8b"] = _b(rule)
-    out["rule_miss"] = f"{(n8b - rule) / n8b:.0%}"
-    out["embed_8b"] = _b(parts["embeddings + head"])
-    out["embed_pct"] = f"{parts['embeddings + head'] / n8b:.0%}"
-    out["mlp_pct"] = f"{parts['MLP'] / n8b:.0%}"
-    rows = []
-    for model in _models():
-        count = ref.count_params(model)
-        r = 12 * model.n_layers * model.d_model ** 2
-        embed = _split(model)["embeddings + head"]
-        rows.append([model.name, f"{count:,}", f"{r:,}", f"{(r - count) / count:+.0%}", f"{embed / count:.0%}"])
-    big = _models()[-1]
-    out["big_name"] = big.name
-    out["big_f_ratio"] = f"{big.ffn_hidden / big.d_model:g}"
-    big_kv = big.n_kv_heads * big.head_dim
-    out["big_layer_h2"] = f"{(big.d_model * (big.d_model + 2 * big_kv) + big.d_model ** 2 + 3 * big.d_model * big.ffn_hidden) / big.d_model ** 2:g}"
-    out["rule_table"] = markdown_table(["model", "count_params", "12·L·h²", "rule off by", "embeddings"], rows)
-
-    # bytes per recipe
-    out["precisions"] = ", ".join(f"`{p}`" for p in ref.STATE_PRECISIONS)
-    out["optimizers"] = ", ".join(f"`{o}`" for o in ref.STATE_OPTIMIZERS)
-    out["block_8bit"] = str(ref.BLOCK_8BIT)
-    per_8bit = ref.state_bytes(n8b, "amp", "adamw8bit")["optimizer"] / n8b
-    out["bpp_8bit"] = f"{per_8bit:.3f}"
-    out["bpp_adamw"] = f"{ref.state_bytes(n8b, 'amp', 'adamw')['optimizer'] / n8b:g}"
-    out["bpp_sgd"] = f"{ref.state_bytes(n8b, 'amp', 'sgd')['optimizer'] / n8b:g}"
-    try:
-        ref.state_bytes(1000, "fp8", "adamw")
-        out["bad_name"] = "(no error raised)"
-    except ValueError as e:
-        out["bad_name"] = str(e)
-
-    amp = _per_param("amp")
-    mixed = _per_param("mixed")
-    mixed32 = _per_param("mixed_fp32_grads")
-    out["amp_bpp"] = f"{amp['total']:g}"
-    out["amp_split"] = f"{amp['params']:g} + {amp['grads']:g} + {amp['states']:g}"
-    out["mixed_split"] = f"{mixed['params']:g} + {mixed['grads']:g} + {mixed['master']:g} + {mixed['states']:g}"
-    out["mixed32_bpp"] = f"{mixed32['total']:g}"
-    out["amp_gb"] = gb(_total(n8b, "amp"))
-    out["amp_gib"] = gib(_total(n8b, "amp"))
-    out["tally_exact_gb"] = gb(n8b * tally_bpp)
-    out["gb_gib_gap"] = f"{2**30 / 1e9 - 1:.1%}"
-    cap = h100["memory_gib"] * 2**30
-    fits = {o: [p for p in ref.STATE_PRECISIONS if _total(n8b, p, o) <= cap] for o in ref.STATE_OPTIMIZERS}
-    out["fits_h100"] = "; ".join(f"`{o}` with " + ", ".join(f"`{p}`" for p in ps) for o, ps in fits.items() if ps)
-    out["amp_h200_left"] = gb(h200["memory_gib"] * 2**30 - _total(n8b, "amp"))
-    table = []
-    for p in ref.STATE_PRECISIONS:
-        cells = []
-        for o in ref.STATE_OPTIMIZERS:
-            total = _total(n8b, p, o)
-            cells.append(f"{total / n8b:.2f} B · {gib(total)}")
-        table.append([f"`{p}`"] + cells)
-    out["recipes_8b_table"] = markdown_table(["recipe"] + [f"`{o}`" for o in ref.STATE_OPTIMIZERS], table)
-
-    # measuring
-    tl = _timelines()
-    first, second, n_tiny = tl["first"], tl["second"], tl["n"]
-    out["tl_model"] = f"{tl['cfg'].name} ({n_tiny:,} parameters)"
-    out["tl_batch"] = f"batch {tl['sizes']['batch']} × {tl['sizes']['seq']} tokens"
-    out["tl_first_peak"] = f"{_mib(first.peak)} in {first.peak_phase}"
-    out["tl_second_peak"] = f"{_mib(second.peak)} in {second.peak_phase}"
-    out["tl_first_base"] = f"{first.allocated[0] / n_tiny:.0f}"
-    out["tl_second_base"] = f"{second.allocated[0] / n_tiny:.0f}"
-    out["tl_ops"] = f"{len(first.ops):,}"
-    out["tl_first_opt"] = f"{first.allocated[_optimizer_start(first)] / n_tiny:.0f}"
-    out["tl_second_opt"] = f"{second.allocated[_optimizer_start(second)] / n_tiny:.0f}"
-    opt_peak = max(b for b, phase in zip(second.allocated, second.phases) if phase == "optimizer")
-    out["tl_opt_temp"] = f"{(opt_peak - second.allocated[_optimizer_start(second)]) / n_tiny:.0f}"
-    out["tl_end"] = f"{second.allocated[-1] / n_tiny:.0f}"
-    if first.peak_phase == second.peak_phase == "backward":
-        out["tl_peak_comment"] = ("both in backward at this size: here activations, not states, set the peak, and the "
-                                  "second step's is higher by the m and v it carries")
-    else:
-        out["tl_peak_comment"] = (f"the first in {first.peak_phase}, the second in {second.peak_phase}: the peak moves "
-                                  "once m and v sit in the floor")
-    out["tl_meter"] = first.meter
-    out["measured_where"] = measured_on()
-    mrows = []
-    for r in _measured_states():
-        pred, meas = r["predicted"], r["measured"]
-        mrows.append([f"`{r['precision']}`", f"`{r['optimizer']}`"]
-                     + [f"{meas[k]:,}" for k in ("params", "grads", "optimizer")]
-                     + ["**exact**" if pred == meas else "differs"])
-    out["measured_table"] = markdown_table(["recipe", "optimizer", "params (B)", "grads (B)", "optimizer (B)",
-                                            "`state_bytes`"], mrows)
-    out["tiny_n"] = f"{ref.count_params(tl['cfg']):,}"
-
-    # the recorded H100 notebook run
-    log = _notebook_log()
-    out["log_model"] = f"{log['model']}, {log['precision']} + AdamW"
-    out["log_predicted"] = " + ".join(log["predicted"][k] for k in ("params", "optimizer"))
-    out["log_match"] = ("measured: the same" if all(log["predicted"][k] == log["measured"][k]
-                                                    for k in ("params", "optimizer"))
-                        else "measured " + " + ".join(log["measured"][k] for k in ("params", "optimizer")))
-    out["log_context"] = log["context"]
-    out["log_workspace"] = log["workspace"]
-    out["log_one_byte"] = f"{log['one_byte']} bytes"
-    out["log_reserved"] = log["reserved"]
-    out["log_allocated"] = log["allocated"]
-    out["log_in_use"] = log["in_use"]
-    out["log_source"] = _log_source(log)
-    out["log_device"] = log["device"]
-
-    # grading
-    plan = {c.name: c for c in checks.CHECKS}
-    out["n_checks"] = str(len(plan))
-    out["points_count"] = f"{plan['count_params'].points:g}"
-    out["points_bytes"] = f"{plan['state_bytes'].points:g}"
-    out["points_measured"] = f"{plan['state_bytes_measured'].points:g}"
-    out["points_total"] = f"{sum(c.points for c in plan.values()):g}"
-    nowrap = lambda name: f'<span style="white-space: nowrap">{name}</span>'  # noqa: E731
-    out["count_visible"] = ", ".join(nowrap(c.name) for c in checks.COUNT_VISIBLE)
-    out["count_hidden"] = ", ".join(nowrap(c.name) for c in checks.COUNT_HIDDEN)
-    forgot_head = lambda c: ref.count_params(c.scaled(tie_embeddings=True))  # noqa: E731  (a learner's bug)
-    try:
-        checks.check_count_params(forgot_head)
-        out["hint_message"] = "(the check passed)"
-    except CheckFailed as e:
-        out["hint_message"] = "\n".join(textwrap.wrap(str(e), 100))
-    grading = record("grading")
-    verdicts = grading["grading"]["per_lesson"][LESSON]
-    out["grading_recorded"] = (f"all {len(verdicts)} checks passed" if set(verdicts.values()) == {"passed"}
-                               else ", ".join(f"`{k}` {v}" for k, v in verdicts.items()))
-    out["grading_source"] = source(grading)
-    out["profile"] = memfit.profile().name
-    return out
 
 
 # ------------------------------------------------------------------------------------------ figures
@@ -511,3 +297,108 @@ def fig_timeline():
     axes[1].legend(loc="upper left", frameon=False, fontsize=13)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- what the deck quotes ({{ name }} in its Markdown)
+
+import memfit
+from autograder.checks import CheckFailed
+from autograder.checks import model_states as checks
+from memfit.gpt import LLAMA_3_1_8B
+ref = _ref()
+cfg = LLAMA_3_1_8B
+n8b = ref.count_params(cfg)
+h, kv, L, f = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.n_layers, cfg.ffn_hidden
+parts = _split(cfg)
+rule = 12 * L * h * h
+h100, h200 = record("first_kernel", file="h100"), record("first_kernel", file="h200")
+
+# the itemised tally
+tally_bpp = sum(b for _, _, b in TALLY_ITEMS)
+tally_table = (markdown_table(
+        ["the tally's item", "bytes / param", "× 8B"],
+        [[name, str(b), f"{TALLY_N * b / 1e9:.0f} GB"] for name, _, b in TALLY_ITEMS]
+        + [["temporary buffers, communication", "", f"+ {TALLY_OVERHEAD}"]]))
+
+# counting
+piece_rows = [
+    ["token embedding", "`embed`", "V × h", f"{cfg.vocab_size * h:,}"],
+    ["RMSNorm before attention", "`norm1.weight`", "h", f"{h:,}"],
+    ["q, k, v projections", "`wqkv`", "h × (h + 2·kv)", f"{h * (h + 2 * kv):,}"],
+    ["attention output", "`wo`", "h × h", f"{h * h:,}"],
+    ["RMSNorm before the MLP", "`norm2.weight`", "h", f"{h:,}"],
+    ["SwiGLU gate + up, down", "`w13`, `w2`", "h × 2f, f × h", f"{3 * h * f:,}"],
+    ["final RMSNorm", "`norm.weight`", "h", f"{h:,}"],
+    ["output head (untied)", "`head`", "h × V", f"{cfg.vocab_size * h:,}"],
+]
+rows = []
+for model in _models():
+    count = ref.count_params(model)
+    r = 12 * model.n_layers * model.d_model ** 2
+    embed = _split(model)["embeddings + head"]
+    rows.append([model.name, f"{count:,}", f"{r:,}", f"{(r - count) / count:+.0%}", f"{embed / count:.0%}"])
+big = _models()[-1]
+big_kv = big.n_kv_heads * big.head_dim
+big_layer_h2 = f"{(big.d_model * (big.d_model + 2 * big_kv) + big.d_model ** 2 + 3 * big.d_model * big.ffn_hidden) / big.d_model ** 2:g}"
+rule_table = markdown_table(["model", "count_params", "12·L·h²", "rule off by", "embeddings"], rows)
+
+# bytes per recipe
+per_8bit = ref.state_bytes(n8b, "amp", "adamw8bit")["optimizer"] / n8b
+try:
+    ref.state_bytes(1000, "fp8", "adamw")
+    bad_name = "(no error raised)"
+except ValueError as e:
+    bad_name = str(e)
+
+amp = _per_param("amp")
+mixed = _per_param("mixed")
+mixed32 = _per_param("mixed_fp32_grads")
+cap = h100["memory_gib"] * 2**30
+fits = {o: [p for p in ref.STATE_PRECISIONS if _total(n8b, p, o) <= cap] for o in ref.STATE_OPTIMIZERS}
+fits_h100 = "; ".join(f"`{o}` with " + ", ".join(f"`{p}`" for p in ps) for o, ps in fits.items() if ps)
+table = []
+for p in ref.STATE_PRECISIONS:
+    cells = []
+    for o in ref.STATE_OPTIMIZERS:
+        total = _total(n8b, p, o)
+        cells.append(f"{total / n8b:.2f} B · {gib(total)}")
+    table.append([f"`{p}`"] + cells)
+
+# measuring
+tl = _timelines()
+first, second, n_tiny = tl["first"], tl["second"], tl["n"]
+opt_peak = max(b for b, phase in zip(second.allocated, second.phases) if phase == "optimizer")
+if first.peak_phase == second.peak_phase == "backward":
+    tl_peak_comment = ("both in backward at this size: here activations, not states, set the peak, and the "
+                              "second step's is higher by the m and v it carries")
+else:
+    tl_peak_comment = (f"the first in {first.peak_phase}, the second in {second.peak_phase}: the peak moves "
+                              "once m and v sit in the floor")
+mrows = []
+for r in _measured_states():
+    pred, meas = r["predicted"], r["measured"]
+    mrows.append([f"`{r['precision']}`", f"`{r['optimizer']}`"]
+                 + [f"{meas[k]:,}" for k in ("params", "grads", "optimizer")]
+                 + ["**exact**" if pred == meas else "differs"])
+measured_table = (markdown_table(["recipe", "optimizer", "params (B)", "grads (B)", "optimizer (B)",
+                                            "`state_bytes`"], mrows))
+
+# the recorded H100 notebook run
+log = _notebook_log()
+log_match = ("measured: the same" if all(log["predicted"][k] == log["measured"][k]
+                                                    for k in ("params", "optimizer"))
+                        else "measured " + " + ".join(log["measured"][k] for k in ("params", "optimizer")))
+
+# grading
+plan = {c.name: c for c in checks.CHECKS}
+nowrap = lambda name: f'<span style="white-space: nowrap">{name}</span>'  # noqa: E731
+forgot_head = lambda c: ref.count_params(c.scaled(tie_embeddings=True))  # noqa: E731  (a learner's bug)
+try:
+    checks.check_count_params(forgot_head)
+    hint_message = "(the check passed)"
+except CheckFailed as e:
+    hint_message = "\n".join(textwrap.wrap(str(e), 100))
+grading = record("grading")
+verdicts = grading["grading"]["per_lesson"][LESSON]
+grading_recorded = (f"all {len(verdicts)} checks passed" if set(verdicts.values()) == {"passed"}
+                               else ", ".join(f"`{k}` {v}" for k, v in verdicts.items()))

@@ -35,7 +35,7 @@ def _mib(n: float, digits: int = 1) -> str:
 @functools.cache
 def _tiny() -> dict:
     """The notebook's demo on this machine: block 0's saved tensors, and the timeline of one steady-state step
-    (memory after every op) with the lesson's predicted peak. Shared by facts() and the figures."""
+    (memory after every op) with the lesson's predicted peak. Shared by the deck's expressions and the figures."""
     import memfit
     from memfit.gpt import COURSE_CONFIGS
     from memfit.training import Trainer, random_batch, saved_tensors, timeline
@@ -95,143 +95,6 @@ def _micro_batches() -> list[tuple[str, int, int]]:
 def _checks() -> dict[str, float]:
     from autograder.checks.activations import CHECKS
     return {c.name: c.points for c in CHECKS}
-
-
-def facts() -> dict[str, str]:
-    from memfit.from_lessons.model_states import count_params, state_bytes
-    from memfit.gpt import LLAMA_3_1_8B, LLAMA_3_2_1B
-    from memfit.hardware import profile_for
-    ref = _ref()
-    f = {}
-    big = LLAMA_3_1_8B
-    h, L = big.d_model, big.n_layers
-
-    # The paper's counts, recomputed.
-    n8 = count_params(big)
-    states8 = sum(state_bytes(n8, "amp", "adamw").values())
-    f["states_8b"] = gb(states8)
-    f["states_8b_per_param"] = f"{states8 / n8:.0f}"
-    f["rough_per_token"] = f"{_rough_12nd(big, 1, 1) * L / 1e6:.2f} MB"
-    s16 = 16_384
-    s2 = 5 * big.n_heads * s16 * s16
-    f["s2_layer"] = gib(s2, 0)
-    f["s2_model"] = f"{s2 * L / 1e12:.2f} TB"
-    f["ds_tokens"] = f"{DS_SEQS * DS_SEQ:,}"
-    f["ds_tokens_decimal"] = f"{DS_SEQS * DS_SEQ_DECIMAL:,}"
-    f["ds_gap"] = f"{DS_SEQ / DS_SEQ_DECIMAL - 1:.1%}"
-    f["ds_micro"] = str(DS_MICRO)
-    f["ds_steps_16"] = str(ref.accumulation_steps(DS_SEQS * DS_SEQ, DS_MICRO, DS_SEQ))
-    # Checkpointing arithmetic: 3 layers' worth, 36·n·d bytes, at n = 2M tokens.
-    f["rough_ckpt_2m"] = gb(3 * _rough_12nd(big, 1, 2_000_000), 0)
-
-    # Measured here: block 0 of the tiny model.
-    tiny = _tiny()
-    cfg = tiny["cfg"]
-    acts = [s for s in tiny["saved"] if s.kind == "activation"]
-    f["tiny_name"] = cfg.name
-    f["tiny_shape"] = f"batch {tiny['batch']} × {tiny['seq']} tokens"
-    f["tiny_saved_n"] = str(len(tiny["saved"]))
-    f["tiny_saved_acts"] = _mib(sum(s.nbytes for s in acts), 2)
-    f["tiny_saved_copies"] = _mib(sum(s.nbytes for s in tiny["saved"] if s.kind == "weight copy"), 2)
-    block = ref.activation_bytes(cfg, tiny["batch"], tiny["seq"], "amp", "none")
-    f["tiny_formula"] = _mib(block, 2)
-    f["tiny_formula_match"] = "equal" if block == sum(s.nbytes for s in acts) else "differ"
-    f["where"] = measured_on()
-
-    # Per layer: the course formula against Korthikanti's, for Llama-3.1-8B (the coefficient of s·b·h).
-    per = {m: ref.activation_bytes(big, 1, 4096, "amp", m) / (4096 * h) for m in MODES}
-    f["coef_none"], f["coef_sel"], f["coef_full"] = (f"{per[m]:.1f}" for m in MODES)
-    f["coef_k_4k"] = f"{_korthikanti(big, 1, 4096) / (4096 * h):.0f}"
-    f["coef_k_16k"] = f"{_korthikanti(big, 1, s16) / (s16 * h):.0f}"
-    f["layer_8b_4k"] = gib(ref.activation_bytes(big, 1, 4096, "amp"), 2)
-    f["layer_8b_4k_k"] = gib(_korthikanti(big, 1, 4096), 2)
-    f["ffn_ratio"] = f"{big.ffn_hidden / h:g}"
-    f["course_per_token"] = f"{ref.activation_bytes(big, 1, 4096, 'amp') * L / 4096 / 1e6:.2f} MB"
-    f["course_vs_rough"] = f"{ref.activation_bytes(big, 1, 4096, 'amp') / _rough_12nd(big, 1, 4096):.1f}"
-    f["dtype_table"] = markdown_table(
-        ["precision", "residual, norms", "matmul in/out", "weights, grads"],
-        [[f"`{p}`", *(f"{b} B" for b in ref.dtype_bytes(p))] for p in ref.STEP_PRECISIONS])
-
-    # The walk of a step, measured here, and the prediction.
-    line, pred = tiny["line"], tiny["predicted"]
-    f["walk_pred"] = _mib(pred["peak"], 2)
-    f["walk_meas"] = _mib(line.peak, 2)
-    f["walk_err"] = f"{(pred['peak'] - line.peak) / line.peak:+.2%}"
-    f["walk_moment"] = pred["moment"]
-    f["walk_phase"] = line.peak_phase
-    f["walk_ops"] = f"{len(line.ops):,}"
-    f["pred_table"] = markdown_table(
-        ["category", "predicted at the peak"],
-        [[k, _mib(pred[k], 2)] for k in ("params", "grads", "optimizer", "activations", "temporaries", "peak")])
-
-    # The recorded run: predictor against the CUDA allocator, recomputation.
-    rec = record(BENCH)
-    body = rec[BENCH]
-    f["rec_source"] = source(rec)
-    f["rec_n"] = str(len(body["rows"]))
-    f["rec_median"] = f"{body['median_abs_error']:.2%}"
-    f["rec_max"] = f"{body['max_abs_error']:.2%}"
-    f["rec_graded_max"] = f"{body['graded_grid_max_abs_error']:.2%}"
-    f["rec_graded_n"] = str(sum(r["recompute"] in ("none", "full") for r in body["rows"]))
-    f["rec_models"] = " and ".join(dict.fromkeys(f"course-{r['model']}" for r in body["rows"]))
-    moments = [r["moment"] for r in body["rows"]]
-    f["rec_moments"] = ", ".join(f"{m}: {moments.count(m)}" for m in dict.fromkeys(moments))
-    f["rec_batch"] = "/".join(str(b) for b in dict.fromkeys(r["batch"] for r in body["rows"]))
-    errors = [r["error"] for r in body["rows"]]
-    f["rec_sign"] = ("every error is negative: the predictor is a little low" if max(errors) < 0 else
-                     "every error is positive: the predictor is a little high" if min(errors) > 0 else
-                     "errors of both signs")
-    opt_rows = [f"course-{r['model']} at {r['seq']} tokens" for r in body["rows"]
-                if r["moment"] == "optimizer step" and r["recompute"] == "none"]
-    f["rec_opt_none"] = (f"Without recomputation the peak is already the optimizer step for {', '.join(opt_rows)}:"
-                         " there recomputation saves nothing" if opt_rows else
-                         "Without recomputation no configuration peaks at the optimizer step")
-    timing = {(t["model"], t["recompute"]): t for t in body["timing"]}
-    tmodels = list(dict.fromkeys(t["model"] for t in body["timing"]))
-    for m in tmodels:
-        base = timing[(m, "none")]
-        for mode in ("selective", "full"):
-            t = timing[(m, mode)]
-            f[f"slow_{m}_{mode}"] = f"{t['slowdown']:+.0%}"
-            f[f"save_{m}_{mode}"] = f"{1 - t['peak'] / base['peak']:.0%}"
-    slower = all(timing[(m, "selective")]["ms"] > timing[(m, "full")]["ms"] for m in tmodels)
-    f["sel_vs_full"] = "saves less and was **slower** than full here" if slower else "saves less than full"
-    ranked = sorted(tmodels, key=lambda m: timing[(m, "full")]["slowdown"])
-    f["bigger_cheaper"] = (f"course-{ranked[-1]} pays the larger slowdown for full recomputation, "
-                           f"course-{ranked[0]} the smaller")
-    f["timing_shape"] = f"batch {body['timing'][0]['batch']} × {body['timing'][0]['seq']}"
-    f["timing_table"] = markdown_table(
-        ["model", "recompute", "step (ms)", "vs none", "peak (GiB)"],
-        [[f"course-{t['model']}", t["recompute"], f"{t['ms']:.1f}", f"{t['slowdown']:+.0%}",
-          f"{t['peak'] / 2**30:.2f}"] for t in body["timing"]])
-
-    # Micro-batch and accumulation: Llama-3.2-1B at 8K on an 80 GiB card.
-    f["mb_model"] = LLAMA_3_2_1B.name
-    f["mb_budget"] = gib(profile_for("h100").total_memory, 0)
-    f["mb_table"] = markdown_table(
-        ["recompute", "largest micro-batch", "tokens per micro-step", f"accumulation steps (DP = {DP})"],
-        [[mode, str(best), f"{best * 8192:,}", f"{steps:,}"] for mode, best, steps in _micro_batches()])
-    f["dp"] = str(DP)
-
-    # The context-length chart.
-    from memfit.gpt import LLAMA_3_1_70B, LLAMA_3_1_405B
-    f["cross_8b"] = f"{_crossover(big):,}"
-    f["cross_70b"] = f"{_crossover(LLAMA_3_1_70B):,}"
-    f["cross_405b"] = f"{_crossover(LLAMA_3_1_405B):,}"
-    full_opt = [s for s in CHART_SEQS if ref.predict_peak(big, 1, s, "amp", "adamw", "full")["moment"] == "optimizer step"]
-    f["full_8b_until"] = f"{max(full_opt) // 1024}K"
-    f["heads_8b"], f["h_8b"] = str(big.n_heads), f"{h:,}"
-    f["tiny_ffn_ratio"] = f"{cfg.ffn_hidden / cfg.d_model:g}"
-    f["vis_acc"] = str(ref.accumulation_steps(DS_SEQS * DS_SEQ, 4, 4096, DP))
-    f["opt_bytes_per_param"] = f"{ref.predict_peak(big, 1, 1024, 'amp', 'adamw', 'none')['peak'] / n8:g}"
-
-    # The grader.
-    pts = _checks()
-    f["n_checks"] = str(len(pts))
-    f["points"] = f"{sum(pts.values()):g}"
-    for name, p in pts.items():
-        f[f"pts_{name}"] = f"{p:g}"
-    return f
 
 
 # ------------------------------------------------------------------------------------------------ figures
@@ -473,3 +336,80 @@ def fig_context_chart():
     fig.axes[0].legend(loc="upper left", fontsize=12, frameon=False)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- what the deck quotes ({{ name }} in its Markdown)
+
+from memfit.from_lessons.model_states import count_params, state_bytes
+from memfit.gpt import LLAMA_3_1_8B, LLAMA_3_2_1B
+from memfit.hardware import profile_for
+ref = _ref()
+big = LLAMA_3_1_8B
+h, L = big.d_model, big.n_layers
+
+# The paper's counts, recomputed.
+n8 = count_params(big)
+states8 = sum(state_bytes(n8, "amp", "adamw").values())
+s16 = 16_384
+s2 = 5 * big.n_heads * s16 * s16
+# Checkpointing arithmetic: 3 layers' worth, 36·n·d bytes, at n = 2M tokens.
+
+# Measured here: block 0 of the tiny model.
+tiny = _tiny()
+cfg = tiny["cfg"]
+acts = [s for s in tiny["saved"] if s.kind == "activation"]
+block = ref.activation_bytes(cfg, tiny["batch"], tiny["seq"], "amp", "none")
+
+# Per layer: the course formula against Korthikanti's, for Llama-3.1-8B (the coefficient of s·b·h).
+per = {m: ref.activation_bytes(big, 1, 4096, "amp", m) / (4096 * h) for m in MODES}
+coef_none, coef_sel, coef_full = (f"{per[m]:.1f}" for m in MODES)
+dtype_table = (markdown_table(
+        ["precision", "residual, norms", "matmul in/out", "weights, grads"],
+        [[f"`{p}`", *(f"{b} B" for b in ref.dtype_bytes(p))] for p in ref.STEP_PRECISIONS]))
+
+# The walk of a step, measured here, and the prediction.
+line, pred = tiny["line"], tiny["predicted"]
+pred_table = (markdown_table(
+        ["category", "predicted at the peak"],
+        [[k, _mib(pred[k], 2)] for k in ("params", "grads", "optimizer", "activations", "temporaries", "peak")]))
+
+# The recorded run: predictor against the CUDA allocator, recomputation.
+rec = record(BENCH)
+body = rec[BENCH]
+moments = [r["moment"] for r in body["rows"]]
+errors = [r["error"] for r in body["rows"]]
+rec_sign = ("every error is negative: the predictor is a little low" if max(errors) < 0 else
+                     "every error is positive: the predictor is a little high" if min(errors) > 0 else
+                     "errors of both signs")
+opt_rows = [f"course-{r['model']} at {r['seq']} tokens" for r in body["rows"]
+            if r["moment"] == "optimizer step" and r["recompute"] == "none"]
+rec_opt_none = (f"Without recomputation the peak is already the optimizer step for {', '.join(opt_rows)}:"
+                         " there recomputation saves nothing" if opt_rows else
+                         "Without recomputation no configuration peaks at the optimizer step")
+timing = {(t["model"], t["recompute"]): t for t in body["timing"]}
+tmodels = list(dict.fromkeys(t["model"] for t in body["timing"]))
+
+
+def slowdown(model: str, mode: str) -> str:
+    return f"{timing[(model, mode)]['slowdown']:+.0%}"
+
+
+def saves(model: str, mode: str) -> str:
+    return f"{1 - timing[(model, mode)]['peak'] / timing[(model, 'none')]['peak']:.0%}"
+
+
+slower = all(timing[(m, "selective")]["ms"] > timing[(m, "full")]["ms"] for m in tmodels)
+sel_vs_full = "saves less and was **slower** than full here" if slower else "saves less than full"
+ranked = sorted(tmodels, key=lambda m: timing[(m, "full")]["slowdown"])
+
+# Micro-batch and accumulation: Llama-3.2-1B at 8K on an 80 GiB card.
+mb_table = (markdown_table(
+        ["recompute", "largest micro-batch", "tokens per micro-step", f"accumulation steps (DP = {DP})"],
+        [[mode, str(best), f"{best * 8192:,}", f"{steps:,}"] for mode, best, steps in _micro_batches()]))
+
+# The context-length chart.
+from memfit.gpt import LLAMA_3_1_70B, LLAMA_3_1_405B
+full_opt = [s for s in CHART_SEQS if ref.predict_peak(big, 1, s, "amp", "adamw", "full")["moment"] == "optimizer step"]
+
+# The grader.
+pts = _checks()

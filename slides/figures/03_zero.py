@@ -159,177 +159,6 @@ def _short_engine(row: dict) -> str:
     return "FSDP2 per block" if name.startswith("FSDP2") else "ZeroRedundancyOpt."
 
 
-def facts() -> dict[str, str]:
-    from autograder.checks.zero import CHECKS, DEEPSPEED_ESTIMATOR_RUNS, PAPER, REL_TOL
-    from memfit.meter import format_bytes
-    from memfit.zero import engine_peak_bytes
-    ref = _ref()
-    n8b = _n8b()
-    out: dict[str, str] = {}
-
-    # title and motivation
-    out["n_checks"] = str(len(CHECKS))
-    out["n_points"] = f"{sum(c.points for c in CHECKS):g}"
-    dp = ref.zero_bytes_per_rank(0, n8b, 1)
-    out["n8b"] = f"{n8b:,}"
-    out["states_8b"] = gb(dp["total"])
-    out["bytes_per_param"] = f"{dp['total'] / n8b:g}"
-    out["dp_gpus"] = str(DP_GPUS)
-    out["card"] = gb(CARD_BYTES, 0)
-    out["dp_copies"] = gb(DP_GPUS * dp["total"], 0)
-    out["cluster_total"] = gb(DP_GPUS * CARD_BYTES, 0)
-    stages8 = [ref.zero_bytes_per_rank(s, n8b, DP_GPUS)["total"] for s in range(4)]
-    out["stage8_z1"], out["stage8_z2"], out["stage8_z3"] = (gb(t) for t in stages8[1:])
-    out["stage8_fits"] = ", ".join(STAGE_NAMES[s] for s in range(4) if stages8[s] < CARD_BYTES)
-    out["stage8_room_z3"] = gb(CARD_BYTES - stages8[3])
-
-    # exercise 1: shards
-    lo, hi = ref.shard_bounds(10, 4, 3)
-    out["shard_example"] = f"`shard_bounds(10, 4, 3)` = `({lo}, {hi})`"
-    lo8, hi8 = ref.shard_bounds(n8b, DP_GPUS, DP_GPUS - 1)
-    out["shard_8b"] = f"{hi8 - lo8:,}"
-    out["pad_8b"] = f"{hi8 - n8b:,}"
-
-    # collectives
-    sent = _collective_bytes()
-    out["ar_sent"], out["rs_sent"], out["ag_sent"] = (f"{sent[k]} B" for k in ("all_reduce", "reduce_scatter",
-                                                                                 "all_gather"))
-
-    # the simulated demo
-    sim = _simulated()
-    rows = []
-    for stage, equal, r in sim["rows"]:
-        b = r.buffers
-        rows.append([STAGE_NAMES[stage], "yes" if equal else "**no**", format_bytes(b["params"]),
-                     format_bytes(b["grads"]), format_bytes(b["optimizer"]), format_bytes(r.at_rest),
-                     format_bytes(r.peak), format_bytes(r.sent_per_step)])
-    out["sim_table"] = markdown_table(["stage", "bitwise = AdamW", "params", "grads", "optimizer", "at rest",
-                                       "peak", "sent / step"], rows)
-    out["sim_numel"] = f"{sim['numel']:,}"
-    out["sim_ranks"], out["sim_steps"] = str(SIM_RANKS), str(SIM_STEPS)
-    rests = [r.at_rest for _, _, r in sim["rows"]]
-    peaks = [r.peak for _, _, r in sim["rows"]]
-    out["sim_rest_ratio"] = f"{rests[0] / rests[3]:.1f}"
-    out["sim_peak_ratio"] = f"{peaks[0] / peaks[3]:.1f}"
-    out["sim_where"] = measured_on()
-
-    # exercise 3: the paper's example
-    paper = [ref.zero_bytes_per_rank(s, PAPER_PSI, PAPER_N)["total"] for s in range(4)]
-    out["paper_table"] = markdown_table(
-        ["stage", "`zero_bytes_per_rank`", "the paper"],
-        [[STAGE_NAMES[s], gb(paper[s]), f"{v} GB"] for s, v in PAPER])
-    out["paper_psi"] = f"{PAPER_PSI / 1e9:g}B"
-    out["paper_n"] = str(PAPER_N)
-
-    # exercise 4: communication
-    comm8 = [ref.comm_bytes_per_rank(s, n8b, DP_GPUS) for s in range(4)]
-    out["comm8_dp"], out["comm8_z3"] = gb(comm8[0]), gb(comm8[3])
-    out["comm8_ratio"] = f"{comm8[3] / comm8[0]:.1f}"
-
-    # the recorded run
-    rec = record("zero")
-    body = rec["zero"]
-    numel, world = body["params"], body["world_size"]
-    out["rec_source"] = source(rec)
-    out["rec_gpus"] = str(rec["gpus"])
-    out["rec_model"] = f"course-{body['model']}"
-    out["rec_params"] = f"{numel:,}"
-    out["rec_tokens"] = f"{body['batch']} × {body['seq']}"
-    table = []
-    for row in body["rows"]:
-        if row["dtype"] != "float32":
-            continue
-        stage = 3 if "ZeRO-3" in row["engine"] else 1 if "ZeRO-1" in row["engine"] else int(row["engine"].split()[-1])
-        states = ref.zero_bytes_per_rank(stage, numel, world, 4, 4, 8)["total"]
-        if row["engine"].startswith("ZeroAdamW"):
-            transient = engine_peak_bytes(stage, numel, world, 4, 4)
-            peak_pred = f"{_mib(states + transient['transient'])} ({transient['moment']})"
-            sent = _mib(row["sent_per_step"])
-        else:
-            peak_pred, sent = "n/a", "n/a"
-        table.append([_short_engine(row), _mib(states), _ranks(row["at_rest"]), peak_pred, _ranks(row["peak"]),
-                      sent])
-    out["rec_table"] = markdown_table(["fp32, MiB per rank", "at rest: formula", "measured", "peak: predicted",
-                                       "measured", "sent / step"], table)
-    ours = [r for r in body["rows"] if r["engine"].startswith("ZeroAdamW")]
-    deviation = max(abs(m - r[f"predicted_{k}"]) for r in ours for k in ("at_rest", "peak") for m in r[k])
-    out["rec_max_dev"] = f"{deviation / 2**20:.0f} MiB"
-    errors = [r["max_rel_error"] for r in body["rows"] if r["max_rel_error"] is not None]
-    out["rec_match"] = ("the same weights as unsharded AdamW, bit for bit" if max(errors) == 0 else
-                        f"within {max(errors):.1e} of unsharded AdamW")
-    out["rec_workspace"] = f"{body['rows'][0]['cublas_workspace'] / 2**20:.0f} MiB"
-    fsdp = next(r for r in body["rows"] if r["engine"].startswith("FSDP2"))
-    ours3 = next(r for r in body["rows"] if r["engine"] == "ZeroAdamW stage 3" and r["dtype"] == "float32")
-    zro = next(r for r in body["rows"] if r["engine"].startswith("ZeroRedundancy"))
-    out["fsdp_peak"], out["ours3_peak"] = gib(max(fsdp["peak"]), 2), gib(max(ours3["peak"]), 2)
-    out["fsdp_extra_rest"] = f"{(max(fsdp['at_rest']) - fsdp['predicted_at_rest']) / 2**20:.0f} MiB"
-    out["zro_extra_rest"] = f"{(max(zro['at_rest']) - zro['predicted_at_rest']) / 2**20:.0f} MiB"
-    inv = zro["inventory"]
-    out["zro_uneven"] = f"{abs(inv[0] - inv[1]):,} B"
-
-    # exercise 6: DeepSpeed's estimator
-    ns = _demos()
-    largest = ns["largest"]
-    out["largest_8b"] = f"{largest:,}"
-    from memfit.gpt import LLAMA_3_1_8B
-    if largest != LLAMA_3_1_8B.vocab_size * LLAMA_3_1_8B.d_model:
-        raise RuntimeError("the deck says Llama-3.1-8B's largest layer is its embedding: it no longer is")
-    out["largest_shape"] = f"{LLAMA_3_1_8B.vocab_size:,} × {LLAMA_3_1_8B.d_model:,}"
-    settings = [("8 GPUs, no offload", 8, dict(offload_optimizer=False, offload_params=False)),
-                ("4 GPUs, no offload", 4, dict(offload_optimizer=False, offload_params=False)),
-                ("4 GPUs, optimizer on the CPU", 4, dict(offload_params=False))]
-    rows = []
-    for label, gpus, kwargs in settings:
-        cpu, gpu = ref.deepspeed_zero3_estimate(n8b, largest, gpus_per_node=gpus, **kwargs)
-        rows.append([label, gib(gpu, 2), gib(cpu, 2) if kwargs.get("offload_optimizer", True) else "–",
-                     "yes" if gpu < V100_BYTES else "**no**"])
-    out["ds_table"] = markdown_table(["one node of V100s", "per GPU", "per CPU", f"fits {gb(V100_BYTES, 0)}"], rows)
-    for kwargs, which, printed in DEEPSPEED_ESTIMATOR_RUNS:  # the check's printed values, from the same code
-        cpu, gpu = ref.deepspeed_zero3_estimate(n8b, largest, **kwargs)
-        if round((cpu if which == "cpu" else gpu) / 2**30, 2) != printed:
-            raise RuntimeError(f"the lesson's estimator no longer prints DeepSpeed's {printed} GiB for {kwargs}")
-    _, off_gpu = ref.deepspeed_zero3_estimate(n8b, largest, gpus_per_node=4, offload_params=False)
-    out["ds_off_gpu"], out["ds_off_gpu_gb"] = gib(off_gpu, 2), gb(off_gpu, 2)
-
-    # the offload cost model, as the lesson's demo cell computes it
-    gpu8, gpu4, transfer = ns["gpu_seconds"](8), ns["gpu_s"], ns["transfer"]
-    measured, recorded, pcie = ns["measured"], ns["recorded"], ns["pcie"]
-    out["off_gpu8"], out["off_gpu"], out["off_pcie"] = (f"{v:.1f} s" for v in (gpu8, gpu4, transfer))
-    out["off_pcie_bw"] = f"{pcie / 1e9:.0f} GB/s"
-    out["off_tokens"] = f"{ns['tokens']:,}"
-    out["off_flops"] = f"{ns['gpu_flops'] / 1e12:.0f} TFLOP/s"
-    out["off_rate"] = f"{recorded / 1e6:,.0f} M"
-    out["off_cpu"] = f"{n8b / recorded:.1f} s"
-    out["off_step"] = f"{ns['offload_step_seconds'](n8b, 4, gpu4, pcie, recorded):.1f} s"
-    out["off_ratio"] = f"{ns['offload_step_seconds'](n8b, 4, gpu4, pcie, recorded) / gpu8:.1f}"
-    out["off_break_even"] = f"{n8b / gpu4 / 1e6:,.0f} M"
-    out["off_traffic"] = gb(ns["traffic"], 0)
-    out["here_adamw"] = f"{measured / 1e6:,.0f} M"
-    out["here_step"] = f"{ns['offload_step_seconds'](n8b, 4, gpu4, pcie, measured):.0f} s"
-    out["here_cpu"] = f"{n8b / measured:.0f} s"
-    out["here_where"] = measured_on()
-
-    # exercise 7: prefetch
-    calls = ns["prefetch_calls"]
-    c = calls[0]["compute_ms"][0]
-    out["pf_units"] = str(len(calls[0]["compute_ms"]))
-    out["pf_block"] = f"{ns['block'] / 1e6:.0f}M"
-    out["pf_block_bytes"] = gib(calls[0]["unit_bytes"][0], 2)
-    out["pf_compute"] = f"{c:.1f} ms"
-    slow = next(x for x in calls if x["gather_ms"][0] > c)
-    fast = next(x for x in calls if x["gather_ms"][0] <= c)
-    out["pf_gather_fast"], out["pf_gather_slow"] = f"{fast['gather_ms'][0]:.1f} ms", f"{slow['gather_ms'][0]:.1f} ms"
-    out["pf_fast_link"], out["pf_slow_link"] = fast["link"], slow["link"]
-
-    # grading
-    out["rel_tol"] = f"{REL_TOL:g}"
-    points = {c.name: f"{c.points:g}" for c in CHECKS}
-    out.update({f"pts_{name}": p for name, p in points.items()})
-    out["ds_printed_gib"] = " / ".join(f"{v:.2f}" for _, _, v in DEEPSPEED_ESTIMATOR_RUNS)
-    out["paper_gb"] = " / ".join(f"{v}" for _, v in PAPER)
-    return out
-
-
 # ------------------------------------------------------------------------------------------------- figures
 
 def fig_stages_8b():
@@ -571,3 +400,113 @@ def fig_prefetch():
         ax.set_xlabel("ms")
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- what the deck quotes ({{ name }} in its Markdown)
+
+from autograder.checks.zero import CHECKS, DEEPSPEED_ESTIMATOR_RUNS, PAPER, REL_TOL
+from memfit.meter import format_bytes
+from memfit.zero import engine_peak_bytes
+ref = _ref()
+n8b = _n8b()
+
+# title and motivation
+dp = ref.zero_bytes_per_rank(0, n8b, 1)
+stages8 = [ref.zero_bytes_per_rank(s, n8b, DP_GPUS)["total"] for s in range(4)]
+stage8_z1, stage8_z2, stage8_z3 = (gb(t) for t in stages8[1:])
+
+# exercise 1: shards
+lo, hi = ref.shard_bounds(10, 4, 3)
+lo8, hi8 = ref.shard_bounds(n8b, DP_GPUS, DP_GPUS - 1)
+
+# collectives
+sent = _collective_bytes()
+ar_sent, rs_sent, ag_sent = (f"{sent[k]} B" for k in ("all_reduce", "reduce_scatter",
+                                                                             "all_gather"))
+
+# the simulated demo
+sim = _simulated()
+rows = []
+for stage, equal, r in sim["rows"]:
+    b = r.buffers
+    rows.append([STAGE_NAMES[stage], "yes" if equal else "**no**", format_bytes(b["params"]),
+                 format_bytes(b["grads"]), format_bytes(b["optimizer"]), format_bytes(r.at_rest),
+                 format_bytes(r.peak), format_bytes(r.sent_per_step)])
+sim_table = (markdown_table(["stage", "bitwise = AdamW", "params", "grads", "optimizer", "at rest",
+                                       "peak", "sent / step"], rows))
+rests = [r.at_rest for _, _, r in sim["rows"]]
+peaks = [r.peak for _, _, r in sim["rows"]]
+
+# exercise 3: the paper's example
+paper = [ref.zero_bytes_per_rank(s, PAPER_PSI, PAPER_N)["total"] for s in range(4)]
+paper_table = (markdown_table(
+        ["stage", "`zero_bytes_per_rank`", "the paper"],
+        [[STAGE_NAMES[s], gb(paper[s]), f"{v} GB"] for s, v in PAPER]))
+
+# exercise 4: communication
+comm8 = [ref.comm_bytes_per_rank(s, n8b, DP_GPUS) for s in range(4)]
+
+# the recorded run
+rec = record("zero")
+body = rec["zero"]
+numel, world = body["params"], body["world_size"]
+table = []
+for row in body["rows"]:
+    if row["dtype"] != "float32":
+        continue
+    stage = 3 if "ZeRO-3" in row["engine"] else 1 if "ZeRO-1" in row["engine"] else int(row["engine"].split()[-1])
+    states = ref.zero_bytes_per_rank(stage, numel, world, 4, 4, 8)["total"]
+    if row["engine"].startswith("ZeroAdamW"):
+        transient = engine_peak_bytes(stage, numel, world, 4, 4)
+        peak_pred = f"{_mib(states + transient['transient'])} ({transient['moment']})"
+        sent = _mib(row["sent_per_step"])
+    else:
+        peak_pred, sent = "n/a", "n/a"
+    table.append([_short_engine(row), _mib(states), _ranks(row["at_rest"]), peak_pred, _ranks(row["peak"]),
+                  sent])
+rec_table = (markdown_table(["fp32, MiB per rank", "at rest: formula", "measured", "peak: predicted",
+                                       "measured", "sent / step"], table))
+ours = [r for r in body["rows"] if r["engine"].startswith("ZeroAdamW")]
+deviation = max(abs(m - r[f"predicted_{k}"]) for r in ours for k in ("at_rest", "peak") for m in r[k])
+errors = [r["max_rel_error"] for r in body["rows"] if r["max_rel_error"] is not None]
+rec_match = ("the same weights as unsharded AdamW, bit for bit" if max(errors) == 0 else
+                        f"within {max(errors):.1e} of unsharded AdamW")
+fsdp = next(r for r in body["rows"] if r["engine"].startswith("FSDP2"))
+ours3 = next(r for r in body["rows"] if r["engine"] == "ZeroAdamW stage 3" and r["dtype"] == "float32")
+zro = next(r for r in body["rows"] if r["engine"].startswith("ZeroRedundancy"))
+inv = zro["inventory"]
+
+# exercise 6: DeepSpeed's estimator
+ns = _demos()
+largest = ns["largest"]
+from memfit.gpt import LLAMA_3_1_8B
+if largest != LLAMA_3_1_8B.vocab_size * LLAMA_3_1_8B.d_model:
+    raise RuntimeError("the deck says Llama-3.1-8B's largest layer is its embedding: it no longer is")
+settings = [("8 GPUs, no offload", 8, dict(offload_optimizer=False, offload_params=False)),
+            ("4 GPUs, no offload", 4, dict(offload_optimizer=False, offload_params=False)),
+            ("4 GPUs, optimizer on the CPU", 4, dict(offload_params=False))]
+rows = []
+for label, gpus, kwargs in settings:
+    cpu, gpu = ref.deepspeed_zero3_estimate(n8b, largest, gpus_per_node=gpus, **kwargs)
+    rows.append([label, gib(gpu, 2), gib(cpu, 2) if kwargs.get("offload_optimizer", True) else "–",
+                 "yes" if gpu < V100_BYTES else "**no**"])
+ds_table = markdown_table(["one node of V100s", "per GPU", "per CPU", f"fits {gb(V100_BYTES, 0)}"], rows)
+for kwargs, which, printed in DEEPSPEED_ESTIMATOR_RUNS:  # the check's printed values, from the same code
+    cpu, gpu = ref.deepspeed_zero3_estimate(n8b, largest, **kwargs)
+    if round((cpu if which == "cpu" else gpu) / 2**30, 2) != printed:
+        raise RuntimeError(f"the lesson's estimator no longer prints DeepSpeed's {printed} GiB for {kwargs}")
+_, off_gpu = ref.deepspeed_zero3_estimate(n8b, largest, gpus_per_node=4, offload_params=False)
+
+# the offload cost model, as the lesson's demo cell computes it
+gpu8, gpu4, transfer = ns["gpu_seconds"](8), ns["gpu_s"], ns["transfer"]
+measured, recorded, pcie = ns["measured"], ns["recorded"], ns["pcie"]
+off_gpu8, off_gpu_fact, off_pcie = (f"{v:.1f} s" for v in (gpu8, gpu4, transfer))
+
+# exercise 7: prefetch
+calls = ns["prefetch_calls"]
+c = calls[0]["compute_ms"][0]
+slow = next(x for x in calls if x["gather_ms"][0] > c)
+fast = next(x for x in calls if x["gather_ms"][0] <= c)
+
+# grading
+points = {c.name: f"{c.points:g}" for c in CHECKS}

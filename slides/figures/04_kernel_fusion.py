@@ -5,12 +5,10 @@ fusion_savings_per_layer, checked against autograd's saved tensors on course-tin
 from __future__ import annotations
 
 import functools
-import re
 
 import matplotlib.patches as patches
 
 from slides.figures import COLORS, figure, gib, lesson, markdown_table, measured_on, record, source
-from slides.figures import file_date, find_line, newest_result  # text records
 
 LESSON = "04_kernel_fusion"
 MiB = 2**20
@@ -25,33 +23,11 @@ def _bench() -> dict:
 
 @functools.cache
 def _notebook_run() -> dict:
-    """The notebook's own run on a GPU (benchmarks/results/*-lesson04.txt, the newest): the three regimes,
-    the convergence demo and the compile check, read from its printed lines."""
-    path = newest_result("*-lesson04.txt")
-    text = path.read_text()
-
-    def find(pattern: str) -> re.Match:
-        return find_line(pattern, text, path, 0)
-
-    head = find(r"# Lesson 04 on an? (.+?) \(torch ([^,]+), triton ([^)]+)\)")
-    copy, square = find(r"bandwidth: copy\s+([\d.]+) GB/s \(ceiling\); x\*x\s+([\d.]+) GB/s").groups()
-    mm = find(r"compute:\s+torch\.(\w+) matmul (\d+)\^3 at\s+([\d.]+) TFLOP/s")
-    # the log's own note: that run printed the matmul ceiling in thousands of TFLOP/s (0.7 means ~700)
-    scale = 1e3 if "in thousands of TFLOP/s" in text else 1.0
-    compile_ok = [(k, dt, int(b), int(lim)) for k, dt, b, lim in re.findall(
-        r"^ok\s+04_kernel_fusion (\w+) \[(\w+)\] on t4 \(sm_75\): (\d+) bytes of shared memory, limit (\d+)",
-        text, re.M)]
-    return {
-        "device": head.group(1), "torch": head.group(2), "triton": head.group(3),
-        "date": file_date(path), "path": f"benchmarks/results/{path.name}",
-        "overhead_us": float(find(r"overhead:\s+([\d.]+) us").group(1)),
-        "tiny_elements": int(find(r"the op itself: ([\d,]+) elements").group(1).replace(",", "")),
-        "copy_bps": float(copy) * 1e9, "square_bps": float(square) * 1e9,
-        "mm_dtype": mm.group(1), "mm_n": int(mm.group(2)), "mm_flops": float(mm.group(3)) * scale * 1e12,
-        "mm_digits": len(mm.group(3).split(".")[1]) if "." in mm.group(3) else 0,
-        "curve_diff": find(r"largest difference between the curves: ([\d.e+-]+)").group(1),
-        "compile_t4": compile_ok,
-    }
+    """The notebook's own run on a GPU (the three regimes, the convergence demo, the compile check), read by key from
+    its log's JSON companion (python -m slides.log_records)."""
+    rec = record("lesson04_log")
+    return {**rec["lesson04_log"], "device": rec["device"], "torch": rec["torch"], "triton": rec["triton"],
+            "date": rec["date"], "path": rec["log"]}
 
 
 # -------------------------------------------------------------------------------- traced traffic
@@ -195,7 +171,7 @@ def _savings() -> dict:
             "big": big, "tokens": tokens, "per_layer": per_layer, "kept": kept}
 
 
-# ------------------------------------------------------------------------------------------ facts
+# ------------------------------------------------------------------------------------------ tables
 
 def _launch_rows() -> list[list[str]]:
     """The lesson's launch rules at the hidden sizes of the Llama family."""
@@ -260,117 +236,6 @@ def _check_rows() -> list[list[str]]:
         "fusion_savings": "your bytes = autograd's saved tensors, eager − fused, exactly",
     }
     return [[f"`{c.name}`", f"{c.points:g}", what[c.name]] for c in CHECKS]
-
-
-def _traffic_facts(prefix: str, op: dict) -> dict[str, str]:
-    """One fused op's shape, eager kernel counts and passes over memory, eager against fused (RMSNorm, SwiGLU)."""
-    out = {f"{prefix}_shape": f"{op['shape'][0]:,} × {op['shape'][1]:,}",
-           f"{prefix}_fwd_kernels": str(len(op["eager_fwd"].ops)), f"{prefix}_bwd_kernels": str(len(op["eager_bwd"].ops))}
-    for way in ("fwd", "bwd"):
-        out[f"{prefix}_eager_{way}_passes"] = _passes(op[f"eager_{way}"].bytes, op["unit"])
-        out[f"{prefix}_fused_{way}_passes"] = _passes(op[f"fused_{way}"], op["unit"])
-    return out
-
-
-def facts() -> dict[str, str]:
-    import torch
-    from autograder.checks.kernel_fusion import CHECKS
-    from memfit.hardware import KNOWN_GPUS, KiB, config
-    ref = lesson(LESSON)
-    nb = _notebook_run()
-    bench = _bench()
-    pow4 = {r["impl"]: r for r in bench["kernel_fusion"]["pow4"]}
-    eager4, ours4, compiled4, copy4 = (pow4["eager"], pow4["reference Triton"], pow4["torch.compile"],
-                                       pow4["copy (ceiling)"])
-    tr = _traffic()
-    p4, rms, sw = tr["pow4"], tr["rmsnorm"], tr["swiglu"]
-    mm_bytes = torch.empty((), dtype=getattr(torch, nb["mm_dtype"])).element_size()
-    mm_intensity = 2 * nb["mm_n"] ** 3 / (3 * nb["mm_n"] ** 2 * mm_bytes)  # the lesson's n / (1.5 bytes)
-    tiny_op = 2 * nb["tiny_elements"] * 4  # the notebook's tiny op reads and writes that many fp32 values
-    meter = _meter()
-    sav = _savings()
-    sweep = bench["kernel_fusion"]["rmsnorm_backward_programs"]
-    import triton
-    sweep_rows, verdict = [], []
-    for hidden, times in sweep.items():
-        chosen = str(max(1, 16 // ref._row_warps(triton.next_power_of_2(int(hidden)))))
-        best = min(times, key=times.get)
-        sweep_rows.append([f"{int(hidden):,}"] + [f"**{v:.3f}**" if k == chosen else f"{v:.3f}"
-                                                  for k, v in times.items()])
-        verdict.append(f"at hidden {int(hidden):,} the rule's choice is the fastest" if best == chosen else
-                       f"at hidden {int(hidden):,}, {best} per SM beats the rule's {chosen} by "
-                       f"{100 * (times[chosen] / times[best] - 1):.0f}%")
-    kern = _kernel_stats()
-    t4 = nb["compile_t4"]
-    tokens, ffn = _bench_shape("SwiGLU")
-    mlp_saved = 2 * sav["tokens"] * sav["big"].ffn_hidden
-    return {
-        # title, grading
-        "n_checks": str(len(CHECKS)), "points": f"{sum(c.points for c in CHECKS):g}",
-        "checks_table": markdown_table(["check", "points", "what it tests"], _check_rows()),
-        # the three regimes (the notebook's run)
-        "overhead_us": f"{nb['overhead_us']:.1f} µs", "tiny_elements": f"{nb['tiny_elements']:,}",
-        "copy_tbs": f"{nb['copy_bps'] / 1e12:.2f} TB/s", "square_tbs": f"{nb['square_bps'] / 1e12:.2f} TB/s",
-        "mm_tflops": f"≈ {nb['mm_flops'] / 1e12:,.0f} TFLOP/s", "mm_n": f"{nb['mm_n']:,}",
-        "mm_dtype": nb["mm_dtype"].replace("bfloat16", "bf16").replace("float16", "fp16"),
-        "tiny_op_kb": f"{tiny_op / 1e3:,.0f} kB",
-        "tiny_op_ns": f"{tiny_op / nb['copy_bps'] * 1e9:.1f} ns",
-        "overhead_ratio": _two_digits(nb['overhead_us'] * 1e-6 / (tiny_op / nb['copy_bps'])),
-        "nb_source": source(nb),
-        # roofline
-        "ridge": f"≈ {_ridge():,.0f}", "mm_intensity": f"{mm_intensity:,.0f}",
-        "pow4_intensity": f"{2 / 8:.2f}",
-        # a**4
-        "pow4_kernels": str(len(p4["eager_fwd"].ops)),
-        "pow4_eager_passes": _passes(p4["eager_fwd"].bytes, p4["unit"]),
-        "pow4_fused_passes": _passes(p4["fused_fwd"], p4["unit"]),
-        "pow4_predicted": f"{p4['eager_fwd'].bytes / p4['fused_fwd']:.0f}",
-        "pow4_eager_share": f"{100 * eager4['of_copy']:.0f}%", "pow4_eager_slower": f"{eager4['ms'] / ours4['ms']:.1f}",
-        "pow4_ours_share": f"{100 * ours4['of_copy']:.0f}%", "pow4_compile_share": f"{100 * compiled4['of_copy']:.0f}%",
-        "pow4_ours_tbs": f"{ours4['tb_s']:.2f} TB/s", "pow4_eager_tbs": f"{eager4['tb_s']:.2f} TB/s",
-        "bench_copy_tbs": f"{copy4['tb_s']:.2f} TB/s",
-        "bench_source": source(bench),
-        "block_pow4": str(config("pow4")["BLOCK"]), "warps_pow4": str(config("pow4")["num_warps"]),
-        "meter_n": f"{meter['n']:,}", "meter_output": f"{meter['output'] / KiB:,.0f} KiB",
-        "meter_eager": f"{meter['eager'] / KiB:,.0f} KiB", "meter_fused": f"{meter['fused'] / KiB:,.0f} KiB",
-        "meter_where": measured_on(),
-        # RMSNorm
-        **_traffic_facts("rms", rms),
-        "rms_fwd_ops": ", ".join(f"`{op}`" for op, _, _ in rms["eager_fwd"].ops),
-        "rms_max_row": f"{config('rmsnorm')['BLOCK']:,}",
-        "launch_table": markdown_table(["model", "hidden h", "BLOCK", "num_warps", "values / thread",
-                                        "bwd programs / SM"], _launch_rows()),
-        "sweep_verdict": "; ".join(verdict),
-        "sw_bound_share": kern["sw_share"], "rms_bound_share": kern["rms_share"],
-        "compile_worst_shape": kern["compile_worst_shape"], "compile_worst_ratio": kern["compile_worst_ratio"],
-        "sweep_table": markdown_table(["hidden"] + [f"{k} per SM" for k in next(iter(sweep.values()))],
-                                      sweep_rows),
-        # SwiGLU
-        **_traffic_facts("sw", sw),
-        "sw_bwd_ops": ", ".join(f"`{op}`" for op, _, _ in sw["eager_bwd"].ops),
-        "sw_block": str(config("swiglu")["BLOCK"]),
-        "sw_grid": f"({tokens:,}, {triton.cdiv(ffn, min(config('swiglu')['BLOCK'], triton.next_power_of_2(ffn)))})",
-        "sw_f": f"{ffn:,}",
-        # the fused GPT, savings
-        "curve_diff": nb["curve_diff"],
-        "tiny_tokens": f"{sav['batch']} × {sav['seq']}",
-        "tiny_measured": f"{sav['measured']:,} B", "tiny_formula": f"{sav['formula']:,} B",
-        "big_name": sav["big"].name, "big_tokens": f"{sav['tokens']:,}",
-        "big_per_layer": f"{sav['per_layer'] / MiB:,.0f} MiB", "big_layers": str(sav["big"].n_layers),
-        "big_total": gib(sav["big"].n_layers * sav["per_layer"], 1),
-        "big_share": f"{100 * sav['per_layer'] / sav['kept']:.0f}%",
-        "big_kept": f"{sav['kept'] / MiB:,.0f} MiB",
-        "big_mlp_share": f"{100 * mlp_saved / sav['per_layer']:.0f}%",
-        # bench: RMSNorm and SwiGLU
-        "kernels_table": markdown_table(["kernel", "tokens × width", "eager", "compile", "ours", "bound",
-                                         "ours at"], _kernel_rows()),
-        # hardware
-        "smem_t4": f"{KNOWN_GPUS['t4']['shared_memory_per_block'] // KiB} KiB",
-        "smem_v100": f"{KNOWN_GPUS['v100']['shared_memory_per_block'] // KiB} KiB",
-        "smem_h100": f"{KNOWN_GPUS['h100']['shared_memory_per_block'] // KiB} KiB",
-        "t4_builds": str(len(t4)), "t4_max_smem": f"{max(b for *_, b, _ in t4)} bytes",
-        "t4_kernels": str(len({k for k, *_ in t4})),
-    }
 
 
 def _two_digits(x: float) -> str:
@@ -636,3 +501,44 @@ def fig_savings():
     ax.set_ylabel("MiB a layer keeps for backward")
     ax.set_title(f"{cfg.name}, {T:,} tokens, bf16", fontsize=15)
     return fig
+
+
+# ---------------------------------------------------------------- what the deck quotes ({{ name }} in its Markdown)
+
+import torch
+from autograder.checks.kernel_fusion import CHECKS
+from memfit.hardware import KNOWN_GPUS, KiB, config
+ref = lesson(LESSON)
+nb = _notebook_run()
+bench = _bench()
+pow4 = {r["impl"]: r for r in bench["kernel_fusion"]["pow4"]}
+eager4, ours4, compiled4, copy4 = (pow4["eager"], pow4["reference Triton"], pow4["torch.compile"],
+                                   pow4["copy (ceiling)"])
+tr = _traffic()
+p4, rms, sw = tr["pow4"], tr["rmsnorm"], tr["swiglu"]
+mm_bytes = torch.empty((), dtype=getattr(torch, nb["mm_dtype"])).element_size()
+mm_intensity = 2 * nb["mm_n"] ** 3 / (3 * nb["mm_n"] ** 2 * mm_bytes)  # the lesson's n / (1.5 bytes)
+tiny_op = 2 * nb["tiny_elements"] * 4  # the notebook's tiny op reads and writes that many fp32 values
+meter = _meter()
+sav = _savings()
+sweep = bench["kernel_fusion"]["rmsnorm_backward_programs"]
+import triton
+sweep_rows, verdict = [], []
+for hidden, times in sweep.items():
+    chosen = str(max(1, 16 // ref._row_warps(triton.next_power_of_2(int(hidden)))))
+    best = min(times, key=times.get)
+    sweep_rows.append([f"{int(hidden):,}"] + [f"**{v:.3f}**" if k == chosen else f"{v:.3f}"
+                                              for k, v in times.items()])
+    verdict.append(f"at hidden {int(hidden):,} the rule's choice is the fastest" if best == chosen else
+                   f"at hidden {int(hidden):,}, {best} per SM beats the rule's {chosen} by "
+                   f"{100 * (times[chosen] / times[best] - 1):.0f}%")
+kern = _kernel_stats()
+t4 = nb["compile_t4"]
+tokens, ffn = _bench_shape("SwiGLU")
+mlp_saved = 2 * sav["tokens"] * sav["big"].ffn_hidden
+launch_table = (markdown_table(["model", "hidden h", "BLOCK", "num_warps", "values / thread",
+                                        "bwd programs / SM"], _launch_rows()))
+sweep_table = (markdown_table(["hidden"] + [f"{k} per SM" for k in next(iter(sweep.values()))],
+                                      sweep_rows))
+kernels_table = (markdown_table(["kernel", "tokens × width", "eager", "compile", "ours", "bound",
+                                         "ours at"], _kernel_rows()))

@@ -186,155 +186,6 @@ def _ranges(rows, key, pass_):
     return f"{min(vals):.2f}–{max(vals):.2f}×"
 
 
-# ------------------------------------------------------------------------------------------ facts
-
-def facts() -> dict[str, str]:
-    from autograder.checks import flash_attention as checks
-    from memfit.hardware import KNOWN_GPUS, KiB
-
-    s2 = _s2_term()
-    meas = _measured()
-    ref = lesson(LESSON)
-    out: dict[str, str] = {}
-
-    # the s² term, reproduced
-    cfg = s2["cfg"]
-    out.update({
-        "model": cfg.name, "model_heads": str(cfg.n_heads), "model_layers": str(cfg.n_layers),
-        "s2_s": f"{s2['s']:,}", "s2_per_layer": gib(s2["five"], 1),
-        "s2_per_layer_gb": f"{s2['five'] / 1e9:.1f} GB",
-        "s2_all_layers": f"{s2['five'] * s2['layers'] / 2**40:.2f} TiB",
-        "s2_all_layers_tb": f"{s2['five'] * s2['layers'] / 1e12:.2f} TB",
-        "block_16k": gib(s2["block"], 1), "five_over_block": f"{s2['five'] / s2['block']:.0f}",
-        "p_8k": gib(s2["p_8k"], 0),
-    })
-
-    # naive attention's saved tensors, measured here
-    n0, h, d = meas["n0"], meas["heads"], meas["head_dim"]
-    rows = []
-    for shape, dtype in meas["naive_saved"]:
-        square = shape[-2:] == (n0, n0)
-        rows.append([f"`{tuple(shape)}`", _dtype(dtype), f"{math.prod(shape):,}", "**N × N**" if square else ""])
-    out["saved_table"] = markdown_table(["saved tensor", "dtype", "values", ""], rows)
-    out["saved_shape"] = f"(B, H, N, d) = (1, {h}, {n0}, {d})"
-    flash_saved = meas["flash_saved"]
-    shapes: dict[tuple, int] = {}
-    for shape, _ in flash_saved:
-        shapes[tuple(shape)] = shapes.get(tuple(shape), 0) + 1
-    out["flash_saved"] = ", ".join(f"{count} × `{shape}`" for shape, count in shapes.items())
-    out["flash_saved_count"] = str(len(flash_saved))
-    per_score = {n: meas["naive_peak"][n] / (h * n * n) for n in meas["seqs"]}
-    out["naive_peak_table"] = markdown_table(
-        ["N", "peak", "bytes per score"],
-        [[f"{n:,}", _kib(meas["naive_peak"][n]), f"{v:.1f}"] for n, v in per_score.items()])
-    out["naive_dtype"] = _dtype(meas["dtype"])
-    out["where"] = measured_on()
-
-    # online softmax and the forward, measured here
-    out["softmax_err"] = f"{meas['softmax_err']:.0e}"
-    out["lse_err"] = "0 (bit-exact)" if meas["lse_err"] == 0 else f"{meas['lse_err']:.0e}"
-    out["overflow32"] = "overflows" if meas["overflow32"] else "does not overflow"
-    out["overflow64"] = "float64 too" if meas["overflow64"] else "float64 does not"
-    out["demo_max"] = f"{meas['demo_max']:.0f}"
-    import torch
-    out["exp_limit32"] = f"{math.log(torch.finfo(torch.float32).max):.1f}"
-    out["exp_limit64"] = f"{math.log(torch.finfo(torch.float64).max):.1f}"
-    online = _online_row()
-    out["online_table"] = markdown_table(
-        ["after block", "$m$", "$l$", "$l$ rescaled by"],
-        [[str(j + 1), f"{m:.2f}", f"{l:.2f}", "—" if f is None else f"{f:.2f}"] for j, (m, l, f) in
-         enumerate(online["stats"])])
-    out["flash_err"] = f"{meas['flash_err']:.0e}"
-
-    # the memory check's budget, at its GPU shape (that of the H100 record's memory rows)
-    rec = _speed()
-    mb, mh, mn, md = 1, 16, 4096, 64  # check_flash_attention_memory's shape on a GPU (bf16 where the card has it)
-    tensor = mb * mh * mn * md * 2
-    budget = math.ceil(1.05 * (4 * tensor + 2 * mb * mh * mn * 4))
-    mem_rows = {r["n"]: r for r in rec["flash_attention"]["memory"]}
-    out.update({
-        "check_shape": f"({mb}, {mh}, {mn:,}, {md})",
-        "check_budget": _mib(budget, 1), "check_p": _mib(mb * mh * mn * mn * 2),
-        "rec_ref_4k": _mib(mem_rows[mn]["reference"], 1), "rec_naive_4k": _mib(mem_rows[mn]["naive"]),
-    })
-    cpu_tensor = 1 * h * n0 * d * 4
-    out["cpu_flash_peak"] = _kib(meas["flash_peak"], 1)
-    out["cpu_flash_budget"] = _kib(math.ceil(1.05 * (4 * cpu_tensor + 2 * h * n0 * 4)), 1)
-    out["cpu_shape"] = f"(1, {h}, {n0}, {d})"
-    six_here = 4 * cpu_tensor + 2 * h * n0 * 4
-    six_h100 = 4 * tensor + 2 * mb * mh * mn * 4
-    exact = meas["flash_peak"] == six_here and mem_rows[mn]["reference"] == six_h100
-    out["six_exact"] = ("Both measurements are exactly the six tensors, to the byte: the kernels allocate nothing else"
-                        if exact else "The measurements differ from the six tensors: see the record")
-    out["cpu_naive_n0"] = _kib(meas["naive_peak"][n0], 1)
-    out["n0"] = str(n0)
-
-    # tiles per machine, from memfit.hardware
-    tile_rows = [["`cpu` (interpreter)", "—"] + [_tile_text(_tiles_of(k, "cpu", "d64")) for k in
-                                                   ("flash_forward", "flash_dkdv", "flash_dq")]]
-    for name in ("t4", "v100", "a100", "h100"):  # a100 has no row of its own: it reads the "gpu" row
-        smem = KNOWN_GPUS[name]["shared_memory_per_block"] // KiB
-        tile_rows.append([f"`{name}`", f"{smem} KiB"] + [
-            f"{_tile_text(_tiles_of(k, name, 'd64'))} / {_tiles_of(k, name, 'd128')['BLOCK_M']}×"
-            f"{_tiles_of(k, name, 'd128')['BLOCK_N']}" for k in ("flash_forward", "flash_dkdv", "flash_dq")])
-    out["tiles_table"] = markdown_table(["profile", "shared mem", "forward", "dK, dV", "dQ"], tile_rows)
-    out["max_head_dim"] = str(ref.MAX_HEAD_DIM)
-
-    # the grading plan, read from the checks
-    what = {
-        "online_softmax": "m exact, l by the rule; huge offsets; rows that start with −∞ blocks; a one-pass "
-                          "generator",
-        "attention_tiled": "o and lse by the rule, several tile sizes; peak ≤ o + lse + a few tiles",
-        "flash_forward": "o, lse by the rule; poisoned (NaN) outputs; shapes, dtypes, head dim > "
-                         f"{ref.MAX_HEAD_DIM} raise",
-        "flash_forward_memory": "peak ≤ o + lse (+5%); no PyTorch arithmetic",
-        "flash_backward": "dq, dk, dv by the rule, both masks; peak ≤ dq, dk, dv, Δ (+5%)",
-        "flash_attention_memory": "autograd on (B, N, H, d) views; forward + backward peak ≤ o, lse, Δ, "
-                                  "dq, dk, dv (+5%)",
-    }
-    out["checks_table"] = markdown_table(["check", "points", "what it tests"],
-                                         [[f"`{c.name}`", f"{c.points:g}", what[c.name]] for c in checks.CHECKS])
-    out["checks_count"] = str(len(checks.CHECKS))
-    out["checks_points"] = f"{sum(c.points for c in checks.CHECKS):g}"
-    visible = [c for c in checks.ATTN_CASES if not c.hidden]
-    out["visible_lengths"] = ", ".join(str(c.n) for c in visible)
-    out["hidden_dims"] = ", ".join(sorted({str(c.d) for c in checks.ATTN_CASES if c.hidden}, key=int))
-    out["large_logit_scale"] = f"{max(c.q_scale for c in visible):g}"
-    out["hidden_gpu_lengths"] = ", ".join(f"{c.n:,}" for c in checks.ATTN_CASES if c.gpu)
-
-    # the recorded speed run
-    speed = rec["flash_attention"]["speed"]
-    top_n = max(r["n"] for r in speed)
-    out.update({
-        "speed_source": source(rec), "sweep_source": source(_sweep()),
-        "fwd_vs_flash": _ranges(speed, "vs_flash", "forward"), "fwd_vs_cudnn": _ranges(speed, "vs_cudnn", "forward"),
-        "bwd_vs_flash": _ranges(speed, "vs_flash", "forward + backward"),
-        "bwd_vs_cudnn": _ranges(speed, "vs_cudnn", "forward + backward"),
-        "ours_best_fwd": f"{max(r['tflops']['reference'] for r in speed if r['pass_'] == 'forward'):.0f} TFLOP/s",
-        "ours_best_bwd": f"{max(r['tflops']['reference'] for r in speed if r['pass_'] != 'forward'):.0f} TFLOP/s",
-        "speed_n": f"{top_n:,}", "speed_seqs": ", ".join(f"{n:,}" for n in sorted({r['n'] for r in speed})),
-    })
-    mem = rec["flash_attention"]["memory"]
-    big = mem[-1]
-    out.update({
-        "mem_n": f"{big['n']:,}", "mem_naive": gib(big["naive"], 1), "mem_ref": _mib(big["reference"]),
-        "mem_sdpa": _mib(big["SDPA flash"]), "mem_ratio": f"{big['naive'] / big['reference']:.0f}",
-        "mem_per_score": f"{big['naive'] / (MEMORY_RUN['H'] * big['n'] ** 2):.1f}",
-        "mem_sdpa_ratio": f"{big['SDPA flash'] / big['reference']:.1f}",
-    })
-
-    # the tile sweep
-    sweeps = _sweep_rows()
-    out["sweep_claim"] = ("in every kernel the smallest total" if all(r["chosen"] == r["best"] for r in sweeps)
-                          else "not always the smallest total")
-    sweep_rows = [[f"`{r['kernel']}`", f"{r['chosen']}", f"{r['total']:.2f}", f"{r['runner_up']}",
-                   f"{r['runner_up_total']:.2f}", f"{100 * (r['worst'] - 1):.0f}%"] for r in sweeps]
-    out["sweep_table"] = markdown_table(["kernel", "memfit's tiles", "Σ ms", "runner-up", "Σ ms",
-                                         "worst case vs that case's best"], sweep_rows)
-    out["sweep_n"] = "4,096"  # benchmarks/flash_attention.py's --sweep length, named in the record's table
-    return out
-
-
 # ------------------------------------------------------------------------------------------ figures
 
 def fig_s2_context():
@@ -513,3 +364,93 @@ def fig_speed():
     fig.legend(loc="upper center", ncol=3, fontsize=13, frameon=False, bbox_to_anchor=(0.5, 1.07))
     fig.suptitle(f"B=4, H=32, N={top_n:,}, bf16", y=-0.02, fontsize=13)
     return fig
+
+
+# ---------------------------------------------------------------- what the deck quotes ({{ name }} in its Markdown)
+
+from autograder.checks import flash_attention as checks
+from memfit.hardware import KNOWN_GPUS, KiB
+
+s2 = _s2_term()
+meas = _measured()
+ref = lesson(LESSON)
+
+# the s² term, reproduced
+cfg = s2["cfg"]
+
+# naive attention's saved tensors, measured here
+n0, h, d = meas["n0"], meas["heads"], meas["head_dim"]
+rows = []
+for shape, dtype in meas["naive_saved"]:
+    square = shape[-2:] == (n0, n0)
+    rows.append([f"`{tuple(shape)}`", _dtype(dtype), f"{math.prod(shape):,}", "**N × N**" if square else ""])
+flash_saved = meas["flash_saved"]
+shapes: dict[tuple, int] = {}
+for shape, _ in flash_saved:
+    shapes[tuple(shape)] = shapes.get(tuple(shape), 0) + 1
+per_score = {n: meas["naive_peak"][n] / (h * n * n) for n in meas["seqs"]}
+naive_peak_table = (markdown_table(
+        ["N", "peak", "bytes per score"],
+        [[f"{n:,}", _kib(meas["naive_peak"][n]), f"{v:.1f}"] for n, v in per_score.items()]))
+
+# online softmax and the forward, measured here
+import torch
+online = _online_row()
+online_table = (markdown_table(
+        ["after block", "$m$", "$l$", "$l$ rescaled by"],
+        [[str(j + 1), f"{m:.2f}", f"{l:.2f}", "—" if f is None else f"{f:.2f}"] for j, (m, l, f) in
+         enumerate(online["stats"])]))
+
+# the memory check's budget, at its GPU shape (that of the H100 record's memory rows)
+rec = _speed()
+mb, mh, mn, md = 1, 16, 4096, 64  # check_flash_attention_memory's shape on a GPU (bf16 where the card has it)
+tensor = mb * mh * mn * md * 2
+budget = math.ceil(1.05 * (4 * tensor + 2 * mb * mh * mn * 4))
+mem_rows = {r["n"]: r for r in rec["flash_attention"]["memory"]}
+cpu_tensor = 1 * h * n0 * d * 4
+six_here = 4 * cpu_tensor + 2 * h * n0 * 4
+six_h100 = 4 * tensor + 2 * mb * mh * mn * 4
+exact = meas["flash_peak"] == six_here and mem_rows[mn]["reference"] == six_h100
+six_exact = ("Both measurements are exactly the six tensors, to the byte: the kernels allocate nothing else"
+                        if exact else "The measurements differ from the six tensors: see the record")
+
+# tiles per machine, from memfit.hardware
+tile_rows = [["`cpu` (interpreter)", "—"] + [_tile_text(_tiles_of(k, "cpu", "d64")) for k in
+                                               ("flash_forward", "flash_dkdv", "flash_dq")]]
+for name in ("t4", "v100", "a100", "h100"):  # a100 has no row of its own: it reads the "gpu" row
+    smem = KNOWN_GPUS[name]["shared_memory_per_block"] // KiB
+    tile_rows.append([f"`{name}`", f"{smem} KiB"] + [
+        f"{_tile_text(_tiles_of(k, name, 'd64'))} / {_tiles_of(k, name, 'd128')['BLOCK_M']}×"
+        f"{_tiles_of(k, name, 'd128')['BLOCK_N']}" for k in ("flash_forward", "flash_dkdv", "flash_dq")])
+
+# the grading plan, read from the checks
+what = {
+    "online_softmax": "m exact, l by the rule; huge offsets; rows that start with −∞ blocks; a one-pass "
+                      "generator",
+    "attention_tiled": "o and lse by the rule, several tile sizes; peak ≤ o + lse + a few tiles",
+    "flash_forward": "o, lse by the rule; poisoned (NaN) outputs; shapes, dtypes, head dim > "
+                     f"{ref.MAX_HEAD_DIM} raise",
+    "flash_forward_memory": "peak ≤ o + lse (+5%); no PyTorch arithmetic",
+    "flash_backward": "dq, dk, dv by the rule, both masks; peak ≤ dq, dk, dv, Δ (+5%)",
+    "flash_attention_memory": "autograd on (B, N, H, d) views; forward + backward peak ≤ o, lse, Δ, "
+                              "dq, dk, dv (+5%)",
+}
+checks_table = (markdown_table(["check", "points", "what it tests"],
+                                         [[f"`{c.name}`", f"{c.points:g}", what[c.name]] for c in checks.CHECKS]))
+visible = [c for c in checks.ATTN_CASES if not c.hidden]
+
+# the recorded speed run
+speed = rec["flash_attention"]["speed"]
+top_n = max(r["n"] for r in speed)
+mem = rec["flash_attention"]["memory"]
+big = mem[-1]
+
+# the tile sweep
+sweeps = _sweep_rows()
+sweep_claim = ("in every kernel the smallest total" if all(r["chosen"] == r["best"] for r in sweeps)
+                          else "not always the smallest total")
+sweep_rows = [[f"`{r['kernel']}`", f"{r['chosen']}", f"{r['total']:.2f}", f"{r['runner_up']}",
+               f"{r['runner_up_total']:.2f}", f"{100 * (r['worst'] - 1):.0f}%"] for r in sweeps]
+sweep_table = (markdown_table(["kernel", "memfit's tiles", "Σ ms", "runner-up", "Σ ms",
+                                         "worst case vs that case's best"], sweep_rows))
+sweep_n = "4,096"

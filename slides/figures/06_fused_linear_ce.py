@@ -1,6 +1,6 @@
 """Lesson 06's deck: the usual Gemma-2 9B arithmetic redone with the lesson's code, PyTorch's chain and the
 lesson's chunked loss on the course's live-tensor meter (op by op), the tile plans of the lesson's chunk_plan,
-the autograder's checks, and the H100 records (the benchmark's JSON and the notebook's text log)."""
+the autograder's checks, and the H100 records (the benchmark's JSON and the JSON companion of the notebook's log)."""
 from __future__ import annotations
 
 import functools
@@ -11,7 +11,6 @@ import re
 import matplotlib.patches as patches
 
 from slides.figures import COLORS, figure, gib, lesson, markdown_table, measured_on, record, source
-from slides.figures import file_date, newest_result  # text records
 
 LESSON = "06_fused_linear_ce"
 BENCH = "fused_linear_ce"
@@ -75,30 +74,6 @@ def _timelines() -> dict:
             "chunked_peak": chunked.peak, "dtype": "fp32"}
 
 
-# ------------------------------------------------------------------ recorded: the notebook's H100 log
-
-@functools.cache
-def _log() -> dict:
-    """The newest text log of the notebook run under benchmarks/results/ (*-lesson06.txt): the dW drift and the
-    chunked loss's memory, which the benchmark's JSON does not hold. Shaped like record() for source()."""
-    path = newest_result("*-lesson06.txt")
-    text = path.read_text()
-    head = re.search(r"^# Lesson 06 on an? (.+?) \(torch (\S+), triton (\S+)\)", text, re.M)
-    low, torch_err = re.search(r"PyTorch in (\w+): max \|error\| of dW (\S+)", text).groups()
-    drift = [(int(k), float(a), float(b)) for k, a, b in
-             re.findall(r"^\s*(\d+) chunks of tokens: dW error (\S+) accumulated in \w+, (\S+) in fp32", text, re.M)]
-    sizes = re.search(r"^N=(\d+), H=(\d+), V=(\d+), torch\.(\w+)", text, re.M)
-    measured = {name.strip(): (float(g), float(r)) for name, g, r in
-                re.findall(r"^(naive.*?|chunked over tokens.*?|fused, tiles.*?)\s+([\d.]+) GiB =\s+([\d.]+) x", text,
-                           re.M)}
-    if not (head and drift and sizes and measured):
-        raise ValueError(f"{path.name}: the lesson-06 log no longer has the lines this deck reads")
-    return {"device": head.group(1), "torch": head.group(2), "triton": head.group(3),
-            "date": file_date(path), "path": f"benchmarks/results/{path.name}",
-            "low": low, "torch_err": float(torch_err), "drift": drift, "measured": measured,
-            "sizes": tuple(int(s) for s in sizes.groups()[:3]), "sizes_dtype": sizes.group(4)}
-
-
 def _rows(head: str | None = None) -> list[dict]:
     rows = record(BENCH)[BENCH]["rows"]
     return [r for r in rows if head is None or r["head"] == head]
@@ -133,172 +108,6 @@ def _plan_row(label: str, n: int, h: int, v: int, itemsize: int) -> list[str]:
     tiles = math.ceil(n / c) * math.ceil(v / vc)
     return [label, f"{n:,} × {h:,} → {v:,}", _mib(budget, 1), f"{c:,} × {vc:,}",
             "whole rows" if whole else f"{math.ceil(v / vc)} tiles per row", f"{tiles:,}", _mib(scratch, 1)]
-
-
-def facts() -> dict[str, str]:
-    import memfit
-    import torch
-    from autograder.checks import fused_linear_ce as checks
-    from memfit.gpt import LLAMA_3_1_8B
-    from memfit.hardware import config, profile_for
-
-    ref = _ref()
-    out: dict[str, str] = {}
-
-    # The example, by the lesson's arithmetic.
-    n_tok, v, h, b = TALK["batch"] * TALK["seq"], TALK["vocab"], TALK["hidden"], TALK["itemsize"]
-    logits = n_tok * v * b
-    per_v_h = math.ceil(v / h)
-    liger = ref.liger_chunk_size(n_tok, h, v)
-    tl = _timelines()
-    chain_tensors = tl["chain_peak"] / tl["logits"]
-    c, vc = ref.chunk_plan(n_tok, h, v, b)
-    out.update({
-        "g9_tokens": f"{n_tok:,}", "g9_vocab": f"{v:,}", "g9_hidden": f"{h:,}",
-        "g9_logits": gib(logits), "g9_logits_bytes": f"{logits:,}",
-        "g9_logits_pow2": (f"2<sup>{logits.bit_length() - 1}</sup>" if logits & (logits - 1) == 0 else f"{logits:,}"),
-        "g9_x": gib(n_tok * h * b, 2), "g9_w": gib(v * h * b, 2), "g9_grads": gib((n_tok + v) * h * b, 2),
-        "g9_chain_tensors": f"{chain_tensors:.1f}", "g9_chain": gib(chain_tensors * logits, 0),
-        "g9_v_over_h": str(per_v_h), "g9_chunk": gib(logits / per_v_h, 2),
-        "g9_2n": gib(2 * logits / per_v_h, 2),
-        "g9_liger_rows": f"{liger:,}", "g9_liger_chunk": gib(liger * v * b, 2),
-        "g9_plan": f"{c:,} × {vc:,}", "g9_budget": _mib(max((n_tok + v) * h * b // 32, 1 << 20)),
-    })
-
-    # Measured here, on the live-tensor meter.
-    out.update({
-        "cpu_size": f"N = {tl['n']}, H = {tl['h']}, V = {tl['v']:,}, {tl['dtype']}",
-        "cpu_logits": f"{tl['logits'] / 2**20:.2f} MiB", "cpu_grads": f"{tl['grads'] / 2**20:.2f} MiB",
-        "chain_peak_tensors": f"{chain_tensors:.1f}", "chain_peak": _mib(tl["chain_peak"], 2),
-        "chunked_peak": _mib(tl["chunked_peak"], 2), "chunk_rows": str(tl["chunk"]),
-        "chunks_n": str(math.ceil(tl["n"] / tl["chunk"])),
-        "chunked_peak_over": f"{(tl['chunked_peak'] - tl['grads']) / (tl['chunk'] * tl['v'] * 4):.1f}",
-        "chunked_ratio": f"{tl['chain_peak'] / tl['chunked_peak']:.1f}",
-        "chain_ops": str(len(tl["chain"])), "where": measured_on(),
-    })
-
-    # Why tiles over the vocabulary: Liger's rule at the heads the benchmark measures.
-    bench = record(BENCH)
-    gemma, llama = _heads()[0], _heads()[1]
-    g0 = _row(gemma, "reference")
-    gn, gh, gv = g0["tokens"], g0["hidden"], g0["vocab"]
-    g_liger = ref.liger_chunk_size(gn, gh, gv)
-    g_chunks = math.ceil(gn / g_liger)
-    gc_, gvc = ref.chunk_plan(gn, gh, gv, 2)
-    l0 = _row(llama, "reference")
-    l_liger = ref.liger_chunk_size(l0["tokens"], l0["hidden"], l0["vocab"])
-    out.update({
-        "g_name": gemma, "g_shape": f"{gn:,} × {gh:,} → {gv:,}", "g_w": gib(gv * gh * 2, 2),
-        "g_row_kib": f"{gv * 2 / 2**10:,.0f} KiB",
-        "g_liger_rows": f"{g_liger:,}", "g_liger_chunks": str(g_chunks), "g_w_reads": str(3 * g_chunks),
-        "g_w_read_gib": gib(3 * g_chunks * gv * gh * 2, 0),
-        "g_plan": f"{gc_:,} × {gvc:,}", "g_plan_chunks": str(math.ceil(gn / gc_)),
-        "g_plan_tiles": str(math.ceil(gv / gvc)), "g_plan_w_reads": str(4 * math.ceil(gn / gc_)),
-        "l_name": llama, "l_liger_rows": f"{l_liger:,}",
-        "g_liger_ms": f"{_row(gemma, 'Liger Kernel')['ms']:.0f}", "g_ref_ms": f"{g0['ms']:.0f}",
-        "l_liger_ms": f"{_row(llama, 'Liger Kernel')['ms']:.0f}", "l_ref_ms": f"{l0['ms']:.0f}",
-        "l_ref_times": f"{l0['ms'] / _row(llama, 'PyTorch, loss upcast to fp32')['ms']:.2f}",
-        "bench_source": source(bench),
-    })
-
-    # chunk_plan at four sizes: the notebook's CPU and GPU sizes and the two heads of the benchmark.
-    cpu = memfit.size("linear_ce", profile_for("cpu"))
-    t4 = memfit.size("linear_ce", profile_for("t4"))
-    plan_rows = [_plan_row("notebook, CPU (fp32)", cpu["tokens"], cpu["hidden"], cpu["vocab"], 4),
-                 _plan_row("notebook, T4/V100 (fp16)", t4["tokens"], t4["hidden"], t4["vocab"], 2),
-                 _plan_row(f"{gemma} head (bf16)", gn, gh, gv, 2),
-                 _plan_row(f"{llama} head (bf16)", l0["tokens"], LLAMA_3_1_8B.d_model,
-                           LLAMA_3_1_8B.vocab_size, 2),
-                 _plan_row("Gemma-2 9B, batch 8 x 4,096 (fp32)", n_tok, h, v, 4)]
-    out["plan_table"] = markdown_table(["problem", "N × H → V", "budget", "tile C × Vc", "", "tiles",
-                                        "scratch"], plan_rows)
-    cfg_cpu, cfg_gpu = config("ce_rows", profile_for("cpu")), config("ce_rows", profile_for("h100"))
-    out.update({"block_cpu": str(cfg_cpu["BLOCK"]), "block_gpu": f"{cfg_gpu['BLOCK']:,}",
-                "warps_gpu": str(cfg_gpu["num_warps"]),
-                "refused_ops": ", ".join(f"`{op.replace('aten.', '')}`" for op in sorted(checks.SOFTMAX_OPS)),
-                "fp16_max": f"{torch.finfo(torch.float16).max:,.0f}"})
-
-    # The checks.
-    what = {"cross_entropy_with_grad": "loss and dlogits against float64; ignored tokens, all ignored, "
-                                       "sum, smoothing, softcap",
-            "chunked_linear_ce": "(loss, dX, dW, db); a chunk all ignored, ragged last chunk; no N × V tensor",
-            "fused_linear_ce_forward": "whole-row and vocabulary tiles, V not a multiple of the tile; bad "
-                                       "inputs raise",
-            "fused_linear_ce_memory": "peak ≤ dX + dW + one tile's scratch (from the tile plan); chunks None "
-                                      "and given, fp32_dw; nothing kept; no PyTorch softmax",
-            "fused_linear_cross_entropy": "(…, H) inputs, backward of g × loss, memory of forward + backward"}
-    cases = {name: ([c for c in records if not c.hidden], [c for c in records if c.hidden])
-             for name, records in (("cross_entropy_with_grad", checks.CE_CASES), ("chunked_linear_ce", checks.CHUNK_CASES),
-                                   ("fused_linear_ce_forward", checks.TILE_CASES))}
-    grade_rows = []
-    for i, chk in enumerate(checks.CHECKS, start=1):
-        vis_hid = cases.get(chk.name)
-        n_cases = f"{len(vis_hid[0])} + {len(vis_hid[1])}" if vis_hid else "—"
-        grade_rows.append([f"{i}", f"`{chk.name}`", f"{chk.points:g}", n_cases, what[chk.name]])
-    out["grade_table"] = markdown_table(["ex.", "check", "points", "cases vis. + hid.", "what it tests"],
-                                        grade_rows)
-    out["grade_points"] = f"{sum(chk.points for chk in checks.CHECKS):g}"
-
-    # The H100 record: time and memory per contender, both heads in one table.
-    ups = {head: _row(head, "PyTorch, loss upcast to fp32") for head in (gemma, llama)}
-    bench_rows = []
-    for name, shown in SHOWN.items():
-        cells = [shown]
-        for head in (gemma, llama):
-            r = _row(head, name)
-            cells += [f"{r['peak_mib']:,.0f}", f"{r['ms']:.1f}", f"{r['ms'] / ups[head]['ms']:.2f}×"]
-        bench_rows.append(cells)
-    out["bench_table"] = markdown_table(["contender", f"{gemma} MiB", "ms", "× fp32 loss",
-                                         f"{llama} MiB", "ms", "× fp32 loss"], bench_rows)
-    up = _row(gemma, "PyTorch, loss upcast to fp32")
-    out.update({
-        "g_ref_mib": f"{g0['peak_mib']:,.0f}", "g_up_mib": f"{up['peak_mib']:,.0f}",
-        "g_ref_times": f"{g0['ms'] / up['ms']:.2f}", "g_mem_ratio": f"{up['peak_mib'] / g0['peak_mib']:.0f}",
-        "g_grads_mib": f"{g0['grads_mib']:,.0f}", "g_ref_over": f"{g0['peak_mib'] / g0['grads_mib']:.3f}",
-        "g_bf16_times": f"{_row(gemma, 'PyTorch, bf16')['ms'] / up['ms']:.2f}",
-        "g_bf16_mib": f"{_row(gemma, 'PyTorch, bf16')['peak_mib']:,.0f}",
-        "g_budget_mib": _mib((gn + gv) * gh * 2 // 32, 1),
-        "g_scratch_mib": f"{g0['peak_mib'] - g0['grads_mib']:,.1f} MiB",
-        "g_cce_ms": f"{_row(gemma, 'Cut Cross-Entropy')['ms']:.0f}",
-        "l_cce_ms": f"{_row(llama, 'Cut Cross-Entropy')['ms']:.0f}",
-        "g_err_loss_bf16": f"{_row(gemma, 'PyTorch, bf16')['error'][0]:.1e}",
-    })
-
-    # The budget sweep.
-    sweep = {head: _budget_rows(head) for head in (gemma, llama)}
-    fastest = {head: min(sweep[head], key=lambda dr: dr[1]["ms"]) for head in sweep}
-    smallest = {head: sweep[head][0] for head in sweep}
-    out.update({
-        "sweep_ds": ", ".join(f"1/{d}" for d, _ in sweep[gemma]),
-        "sweep_g_small_ms": f"{smallest[gemma][1]['ms']:.0f}", "sweep_g_fast_ms": f"{fastest[gemma][1]['ms']:.0f}",
-        "sweep_g_small_d": str(smallest[gemma][0]), "sweep_g_fast_d": str(fastest[gemma][0]),
-        "sweep_l_fast_d": str(fastest[llama][0]), "sweep_l_fast_ms": f"{fastest[llama][1]['ms']:.0f}",
-        "sweep_l_fast_plan": "{:,} × {:,}".format(*ref.chunk_plan(
-            l0["tokens"], l0["hidden"], l0["vocab"], 2, (l0["tokens"] + l0["vocab"]) * l0["hidden"] * 2
-            // fastest[llama][0])),
-        "sweep_l_bf16_ms": f"{_row(llama, 'PyTorch, bf16')['ms']:.0f}",
-    })
-
-    # The drift of dW, from the notebook's log.
-    log = _log()
-    low = log["low"].replace("bfloat16", "bf16").replace("float16", "fp16")
-    drift_rows = [[f"{k}", f"{a:.1e}", f"{b_:.1e}", f"{a / b_:.1f}×"] for k, a, b_ in log["drift"]]
-    ln, lh, lv = log["sizes"]
-    chunked_gib, chunked_x = log["measured"]["chunked over tokens (ex. 2, PyTorch)"]
-    fused_gib, fused_x = log["measured"]["fused, tiles (ex. 3-4, Triton)"]
-    out.update({
-        "drift_table": markdown_table(["chunks of tokens", f"dW in {low}", "dW in fp32 (`fp32_dw`)",
-                                       f"{low} / fp32"], drift_rows),
-        "drift_low": low, "drift_torch": f"{log['torch_err']:.1e}", "log_source": source(log),
-        "drift_last_ratio": f"{drift_rows[-1][3]}", "drift_last_k": str(log["drift"][-1][0]),
-        "log_size": f"N = {ln:,}, H = {lh:,}, V = {lv:,}",
-        "log_chunked": f"{chunked_gib:.2f} GiB", "log_chunked_x": f"{chunked_x:.2f}",
-        "log_fused": f"{fused_gib:.2f} GiB", "log_fused_x": f"{fused_x:.2f}",
-        "fp32_dw_extra": _mib(gv * gh * 4),
-        "g_fp32dw_mib": f"{_row(gemma, 'reference, fp32 dW')['peak_mib']:,.0f}",
-        "g_fp32dw_times": f"{_row(gemma, 'reference, fp32 dW')['ms'] / g0['ms']:.2f}",
-    })
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ figures
@@ -482,3 +291,101 @@ def fig_sweep():
     ax.set_ylim(0, max(r["ms"] for h in heads for _, r in _budget_rows(h)) * 1.15)
     ax.legend(loc="upper right", frameon=False, fontsize=14)
     return fig
+
+
+# ---------------------------------------------------------------- what the deck quotes ({{ name }} in its Markdown)
+
+import memfit
+import torch
+from autograder.checks import fused_linear_ce as checks
+from memfit.gpt import LLAMA_3_1_8B
+from memfit.hardware import config, profile_for
+
+ref = _ref()
+
+# The example, by the lesson's arithmetic.
+n_tok, v, h, b = TALK["batch"] * TALK["seq"], TALK["vocab"], TALK["hidden"], TALK["itemsize"]
+logits = n_tok * v * b
+per_v_h = math.ceil(v / h)
+liger = ref.liger_chunk_size(n_tok, h, v)
+tl = _timelines()
+chain_tensors = tl["chain_peak"] / tl["logits"]
+c, vc = ref.chunk_plan(n_tok, h, v, b)
+g9_logits_pow2 = f"2<sup>{logits.bit_length() - 1}</sup>" if logits & (logits - 1) == 0 else f"{logits:,}"
+
+# Measured here, on the live-tensor meter.
+
+# Why tiles over the vocabulary: Liger's rule at the heads the benchmark measures.
+bench = record(BENCH)
+gemma, llama = _heads()[0], _heads()[1]
+g0 = _row(gemma, "reference")
+gn, gh, gv = g0["tokens"], g0["hidden"], g0["vocab"]
+g_liger = ref.liger_chunk_size(gn, gh, gv)
+g_chunks = math.ceil(gn / g_liger)
+gc_, gvc = ref.chunk_plan(gn, gh, gv, 2)
+l0 = _row(llama, "reference")
+l_liger = ref.liger_chunk_size(l0["tokens"], l0["hidden"], l0["vocab"])
+
+# chunk_plan at four sizes: the notebook's CPU and GPU sizes and the two heads of the benchmark.
+cpu = memfit.size("linear_ce", profile_for("cpu"))
+t4 = memfit.size("linear_ce", profile_for("t4"))
+plan_rows = [_plan_row("notebook, CPU (fp32)", cpu["tokens"], cpu["hidden"], cpu["vocab"], 4),
+             _plan_row("notebook, T4/V100 (fp16)", t4["tokens"], t4["hidden"], t4["vocab"], 2),
+             _plan_row(f"{gemma} head (bf16)", gn, gh, gv, 2),
+             _plan_row(f"{llama} head (bf16)", l0["tokens"], LLAMA_3_1_8B.d_model,
+                       LLAMA_3_1_8B.vocab_size, 2),
+             _plan_row("Gemma-2 9B, batch 8 x 4,096 (fp32)", n_tok, h, v, 4)]
+plan_table = markdown_table(["problem", "N × H → V", "budget", "tile C × Vc", "", "tiles",
+                                        "scratch"], plan_rows)
+cfg_cpu, cfg_gpu = config("ce_rows", profile_for("cpu")), config("ce_rows", profile_for("h100"))
+
+# The checks.
+what = {"cross_entropy_with_grad": "loss and dlogits against float64; ignored tokens, all ignored, "
+                                   "sum, smoothing, softcap",
+        "chunked_linear_ce": "(loss, dX, dW, db); a chunk all ignored, ragged last chunk; no N × V tensor",
+        "fused_linear_ce_forward": "whole-row and vocabulary tiles, V not a multiple of the tile; bad "
+                                   "inputs raise",
+        "fused_linear_ce_memory": "peak ≤ dX + dW + one tile's scratch (from the tile plan); chunks None "
+                                  "and given, fp32_dw; nothing kept; no PyTorch softmax",
+        "fused_linear_cross_entropy": "(…, H) inputs, backward of g × loss, memory of forward + backward"}
+cases = {name: ([c for c in records if not c.hidden], [c for c in records if c.hidden])
+         for name, records in (("cross_entropy_with_grad", checks.CE_CASES), ("chunked_linear_ce", checks.CHUNK_CASES),
+                               ("fused_linear_ce_forward", checks.TILE_CASES))}
+grade_rows = []
+for i, chk in enumerate(checks.CHECKS, start=1):
+    vis_hid = cases.get(chk.name)
+    n_cases = f"{len(vis_hid[0])} + {len(vis_hid[1])}" if vis_hid else "—"
+    grade_rows.append([f"{i}", f"`{chk.name}`", f"{chk.points:g}", n_cases, what[chk.name]])
+grade_table = markdown_table(["ex.", "check", "points", "cases vis. + hid.", "what it tests"],
+                                        grade_rows)
+
+# The H100 record: time and memory per contender, both heads in one table.
+ups = {head: _row(head, "PyTorch, loss upcast to fp32") for head in (gemma, llama)}
+bench_rows = []
+for name, shown in SHOWN.items():
+    cells = [shown]
+    for head in (gemma, llama):
+        r = _row(head, name)
+        cells += [f"{r['peak_mib']:,.0f}", f"{r['ms']:.1f}", f"{r['ms'] / ups[head]['ms']:.2f}×"]
+    bench_rows.append(cells)
+bench_table = markdown_table(["contender", f"{gemma} MiB", "ms", "× fp32 loss",
+                                         f"{llama} MiB", "ms", "× fp32 loss"], bench_rows)
+up = _row(gemma, "PyTorch, loss upcast to fp32")
+
+# The budget sweep.
+sweep = {head: _budget_rows(head) for head in (gemma, llama)}
+fastest = {head: min(sweep[head], key=lambda dr: dr[1]["ms"]) for head in sweep}
+smallest = {head: sweep[head][0] for head in sweep}
+sweep_l_fast_plan = "{:,} × {:,}".format(*ref.chunk_plan(
+            l0["tokens"], l0["hidden"], l0["vocab"], 2, (l0["tokens"] + l0["vocab"]) * l0["hidden"] * 2
+            // fastest[llama][0]))
+
+# The drift of dW, from the notebook's log.
+log_record = record("lesson06_log")  # the notebook's H100 log, read by key from its JSON companion
+log = log_record["lesson06_log"]
+low = log["low"].replace("bfloat16", "bf16").replace("float16", "fp16")
+drift_rows = [[f"{k}", f"{a:.1e}", f"{b_:.1e}", f"{a / b_:.1f}×"] for k, a, b_ in log["drift"]]
+ln, lh, lv = log["sizes"]
+chunked_gib, chunked_x = log["measured"]["chunked over tokens (ex. 2, PyTorch)"]
+drift_table = markdown_table(["chunks of tokens", f"dW in {low}", "dW in fp32 (`fp32_dw`)",
+                                       f"{low} / fp32"], drift_rows)

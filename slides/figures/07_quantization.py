@@ -9,12 +9,10 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import re
 
 import matplotlib.patches as patches
 
 from slides.figures import STYLE, COLORS, figure, gib, lesson, markdown_table, measured_on, record, source
-from slides.figures import file_date, newest_result  # text records
 
 LESSON = "07_quantization"
 GB = 1e9
@@ -107,21 +105,11 @@ def _fp16_first_share() -> float:
 
 @functools.cache
 def _lesson_log() -> dict:
-    """The error table the lesson printed on an H100 (benchmarks/results/*-lesson07.txt)."""
-    path = newest_result("*-lesson07.txt")
-    text = path.read_text()
-    head = re.search(r"^# Lesson 07 on an? (.+?) \(torch (\S+), triton ([^)]+)\)", text, re.M)
-    date = file_date(path)
-    errors = {}
-    for kind, method, w, y in re.findall(r"^(Gaussian|heavy-tailed)\s+(int8 per tensor|Q8_0|Q4_0)\s+weights\s+"
-                                         r"([\d.]+)%\s+layer output\s+([\d.]+)%", text, re.M):
-        errors[kind, method] = (float(w) / 100, float(y) / 100)
-    shape = re.search(r"^Q8_0: (\d+)x(\d+) fp32 weights", text, re.M)
-    if len(errors) != 6 or not head or not shape:
-        raise ValueError(f"{path.name}: the lesson's error table was not found")
-    return {"errors": errors, "shape": f"{shape.group(1)} × {shape.group(2)}",
-            "source": f"{head.group(1)}, torch {head.group(2)}, triton {head.group(3)}, {date}: "
-                      f"benchmarks/results/{path.name} (the notebook's own output)"}
+    """The error table the lesson printed on an H100, read by key from its log's JSON companion."""
+    rec = record("lesson07_log")
+    body = rec["lesson07_log"]
+    return {"errors": {(kind, method): tuple(e) for kind, by in body["errors"].items() for method, e in by.items()},
+            "shape": body["shape"], "source": f"{source(rec)} (the notebook's own output)"}
 
 
 # ------------------------------------------------------------------------------------ rotation (SpinQuant)
@@ -185,33 +173,16 @@ def _shapes() -> list[str]:
 
 @functools.cache
 def _tiles_md() -> dict:
-    """The H100 sweep of the two ways to load the scales (benchmarks/results/*-int8-matmul-tiles.md)."""
-    path = newest_result("*-int8-matmul-tiles.md")
-    text = path.read_text()
-    head = re.search(r"^# (.+?) \(sm_\d+\), (\d{4}-\d{2}-\d{2})", text, re.M)
-    versions = re.search(r"^torch (\S+), triton (\S+?)\.?\s", text, re.M)
-    ratios = [float(m) for m in re.findall(r"^\|[^|\n]+\|[^|\n]+\|[^|\n]+\|[^|\n]+\| ([\d.]+)x \|", text, re.M)]
-    if not (head and versions and ratios):
-        raise ValueError(f"{path.name}: the sweep's table was not found")
-    return {"ratios": ratios, "source": f"{head.group(1)}, torch {versions.group(1)}, triton {versions.group(2)}, "
-                                        f"{head.group(2)}: benchmarks/results/{path.name}"}
+    """The H100 sweep of the two ways to load the scales, read by key from its table's JSON companion."""
+    rec = record("int8_matmul_tiles")
+    return {"ratios": rec["int8_matmul_tiles"]["ratios"], "source": source(rec)}
 
 
 @functools.cache
 def _convergence() -> dict:
-    """The grader's convergence check run on the reference, on a CPU (benchmarks/results/*-adamw8bit-convergence.md)."""
-    path = newest_result("*-adamw8bit-convergence.md")
-    text = path.read_text()
-    head = re.search(r"^# .*?, (CPU \([^)]*\)), torch (\S+), triton (\S+)\s*$", text, re.M)
-    floor = float(re.search(r"loss floor\): ([\d.]+) nats", text).group(1))
-    rows = [(int(a), int(b), float(x), float(y), float(d)) for a, b, x, y, d in
-            re.findall(r"^\| (\d+)-(\d+) \| ([\d.]+) \| ([\d.]+) \| ([+-][\d.]+)% \|", text, re.M)]
-    if not (head and rows):
-        raise ValueError(f"{path.name}: the convergence table was not found")
-    date = file_date(path)
-    return {"rows": rows, "floor": floor,
-            "source": f"{head.group(1)}, torch {head.group(2)}, triton {head.group(3)}, {date}: "
-                      f"benchmarks/results/{path.name}"}
+    """The grader's convergence check run on the reference, on a CPU, read by key from its table's JSON companion."""
+    rec = record("adamw8bit_convergence")
+    return {**rec["adamw8bit_convergence"], "source": source(rec)}
 
 
 # ---------------------------------------------------------------------------------- 8-bit optimizer states
@@ -251,218 +222,6 @@ def _states_tiny() -> dict:
         out[name] = step.states["optimizer"] / n
         out["n"] = n
     return out
-
-
-# =================================================================================================== facts
-
-def facts() -> dict[str, str]:
-    import torch
-    from autograder.checks.quantization import CHECKS, CONVERGENCE
-    from memfit.from_lessons.activations import activation_bytes
-    from memfit.from_lessons.fused_linear_ce import chunk_plan
-    from memfit.from_lessons.model_states import state_bytes
-    from memfit.gpt import LLAMA_3_1_8B as L8
-    from memfit.hardware import KERNEL_CONFIGS, profile_for
-    ref = _ref()
-    f: dict[str, str] = {}
-
-    # --- the 8B arithmetic
-    s = _sizes()
-    n, b, t4 = s["n"], s["bytes"], s["t4"]
-    bits = _bits()
-    f.update(n_8b=f"{n:,}", n_8b_b=f"{n / 1e9:.0f}B", estimate_gb=f"{n / GB:.0f} GB",
-             q8_bits=f"{bits['Q8_0']:g}", q4_bits=f"{bits['Q4_0']:g}",
-             q8_gb=f"{b['Q8_0'] / GB:.2f} GB", q8_gib=gib(b["Q8_0"], 2), q4_gb=f"{b['Q4_0'] / GB:.2f} GB",
-             fp16_gb=f"{b['fp16'] / GB:.2f} GB", fp16_t4=f"{b['fp16'] / t4:.0%}", q8_t4=f"{b['Q8_0'] / t4:.0%}",
-             t4_gib=gib(t4, 0), t4_gb=f"{t4 / GB:.2f} GB", t4_left=gib(t4 - b["Q8_0"], 1),
-             q8_block_bytes=str(ref.CODE_BYTES["q8_0"] + 2), q4_block_bytes=str(ref.CODE_BYTES["q4_0"] + 2),
-             qk=str(ref.QK))
-
-    # --- per tensor against per block
-    o = _outlier_demo()
-    f.update(demo_n=str(o["n"]), demo_blocks=str(o["n"] // ref.QK), zero_tensor=str(o["zero_tensor"]),
-             zero_block=str(o["zero_block"]))
-    blocks_cfg = KERNEL_CONFIGS["quant_blocks"]
-    f.update(blocks_cpu=str(blocks_cfg["cpu"]["BLOCKS"]), blocks_gpu=str(blocks_cfg["gpu"]["BLOCKS"]))
-    f["fp16_first_share"] = _pct(_fp16_first_share(), 0)
-    q4 = _q4_demo()
-    f.update(q4_max_err=f"{float(q4['err'].max()) / q4['d']:.2f}", q8_max_err=f"{float(q4['q8_err'].max()) / q4['d8']:.2f}")
-
-    # --- the lesson's error table
-    log = _lesson_log()
-    e = log["errors"]
-    rows = [[m, _pct(e["Gaussian", m][0], 2), _pct(e["Gaussian", m][1], 2), _pct(e["heavy-tailed", m][0], 2),
-             _pct(e["heavy-tailed", m][1], 2)] for m in ("int8 per tensor", "Q8_0", "Q4_0")]
-    f.update(err_table=markdown_table(["", "Gaussian W", "Gaussian y", "heavy-tailed W", "heavy-tailed y"], rows),
-             err_shape=log["shape"], err_source=log["source"],
-             err_pt_heavy=_pct(e["heavy-tailed", "int8 per tensor"][1], 0),
-             err_q8_heavy=_pct(e["heavy-tailed", "Q8_0"][1]), err_q4_heavy=_pct(e["heavy-tailed", "Q4_0"][1], 0),
-             err_q4_gauss=_pct(e["Gaussian", "Q4_0"][1], 0), err_q8_gauss=_pct(e["Gaussian", "Q8_0"][1], 2))
-
-    # --- rotation
-    r = _rotation()
-    f.update(rot_table=markdown_table(
-        ["layer-output error", "W as it is", "W R (rotated)"],
-        [["Q8_0", _pct(r["plain", "q8_0"], 2), _pct(r["rotated", "q8_0"], 2)],
-         ["Q4_0", _pct(r["plain", "q4_0"], 1), _pct(r["rotated", "q4_0"], 1)],
-         ["kurtosis of the weights", f"{r['plain', 'kurtosis']:.0f}", f"{r['rotated', 'kurtosis']:.1f}"]]),
-        rot_shape=r["shape"], rot_outliers=str(r["outliers"]), rot_where=measured_on())
-
-    # --- the fused matmul: bytes, tiles
-    w_bytes = (ref.CODE_BYTES["q8_0"] + 2) / ref.QK
-    up_hat = L8.ffn_hidden * L8.d_model * 2
-    f.update(q8_bytes_per_weight=f"{w_bytes:g}", up_shape=f"{L8.ffn_hidden:,} × {L8.d_model:,}",
-             up_hat_mib=f"{up_hat / 2**20:,.0f} MiB")
-    f["bw_gain"] = f"{2 / w_bytes:.2f}×"
-    small_threshold = max(m for m in range(1, 257) if ref.int8_matmul_tiles(m) == KERNEL_CONFIGS["int8_matmul"]["cpu"]["small_m"])
-    f["small_m_max"] = str(small_threshold)
-
-    def tiles(t):
-        return f"{t['BLOCK_M']} × {t['BLOCK_N']} × {t['BLOCK_K']}, {t['num_warps']} warps, {t['num_stages']} st."
-    mm_cfg = KERNEL_CONFIGS["int8_matmul"]
-    tile_rows = [[label, tiles(mm_cfg[key]["small_m"]), tiles(mm_cfg[key]["large_m"])]
-                 for key, label in (("cpu", "cpu (interpreter)"), ("t4", "T4, V100"), ("gpu", "other GPUs"),
-                                    ("h100", "H100"))]
-    from memfit.hardware import KNOWN_GPUS, KiB
-    f["smem_t4"] = f"{KNOWN_GPUS['t4']['shared_memory_per_block'] // KiB} KiB"
-    f["smem_v100"] = f"{KNOWN_GPUS['v100']['shared_memory_per_block'] // KiB} KiB"
-    f["tile_table"] = markdown_table(["profile", "small_m: M × N × K", "large_m"], tile_rows)
-    h_large = mm_cfg["h100"]["large_m"]
-    f.update(h_scale_tile=f"{h_large['BLOCK_K'] // ref.QK} × {h_large['BLOCK_N']}",
-             h_code_tile=f"{h_large['BLOCK_K']} × {h_large['BLOCK_N']}")
-
-    # --- the matmul record
-    q = _quant()
-    f["quant_source"] = source(q)
-    lo, hi = _ratios(1, 16)
-    f.update(decode_lo=f"{lo:.2f}×", decode_hi=f"{hi:.2f}×")
-    lo, hi = _ratios(256, 1 << 20)
-    f.update(prefill_lo=f"{lo:.1f}×", prefill_hi=f"{hi:.1f}×")
-    lo, hi = _ratios(64, 64)
-    f.update(m64_lo=f"{lo:.1f}×", m64_hi=f"{hi:.1f}×")
-    up_name = next(sh for sh in _shapes() if "up" in sh)
-    up = _matmul_rows(up_name)
-    mm_rows = [[f"{m:,}", f"{by[FP16]['us']:.1f}", f"{by[DEQ]['us']:.1f}", f"{by[FUSED]['us']:.1f}",
-                f"{by[FUSED]['us'] / by[FP16]['us']:.2f}×", f"{by[DEQ]['peak_mib']:,.1f}", f"{by[FUSED]['peak_mib']:,.2f}"]
-               for m, by in sorted(up.items())]
-    f["mm_table"] = markdown_table(["M", "cuBLAS fp16 µs", "deq. + mm µs", "fused µs", "fused / fp16",
-                                    "deq. + mm MiB", "fused MiB"], mm_rows)
-    f["mm_shape"] = f"{up_name}, W {up[1][FUSED]['n']:,} × {up[1][FUSED]['k']:,}"
-    t = _tiles_md()
-    f.update(tiles_lo=f"{min(t['ratios']):.1f}", tiles_hi=f"{max(t['ratios']):.1f}", tiles_source=t["source"])
-    one = up[1]
-    f.update(up_m1_fused=f"{one[FUSED]['us']:.1f} µs", up_m1_fp16=f"{one[FP16]['us']:.1f} µs",
-             up_m1_deq=f"{one[DEQ]['us']:.1f} µs", up_m1_gbs=f"{one[FUSED]['weight_gbs'] / 1000:.2f} TB/s",
-             up_m1_fp16_gbs=f"{one[FP16]['weight_gbs'] / 1000:.2f} TB/s")
-
-    # --- the block kernels record
-    fmts = q["quantization"]["formats"]
-    copy = next(r for r in fmts if r["op"].startswith("copy"))
-    f["formats_table"] = markdown_table(
-        ["format", "op", "µs", "TB/s", "of a copy", "relative error"],
-        [[r["format"], r["op"], f"{r['us']:.1f}", f"{r['gbs'] / 1000:.2f}", _pct(r["gbs"] / copy["gbs"], 0),
-          _pct(r["relative_error"], 2)] for r in fmts])
-
-    # --- 8-bit states: the bytes
-    n8 = n
-    base, eight = state_bytes(n8, "amp", "adamw"), state_bytes(n8, "amp", "adamw8bit")
-    f.update(states_8b=f"{sum(base.values()) / GB:.0f} GB", states8_8b=f"{sum(eight.values()) / GB:.0f} GB",
-             bpp_base=f"{sum(base.values()) / n8:.0f}", bpp_8bit=f"{sum(eight.values()) / n8:.2f}",
-             opt_base=f"{(base['optimizer']) / n8:.0f}", opt_8bit=f"{eight['optimizer'] / n8:.3f}",
-             state_block=str(ref.STATE_BLOCK))
-
-    # --- the dynamic code
-    sc, uc = ref.dynamic_code(True), ref.dynamic_code(False)
-    f.update(levels=str(sc.numel()), smallest_signed=f"{float(sc[sc > 0].min()):.0e}",
-             smallest_unsigned=f"{float(uc[uc > 0].min()):.1e}",
-             top_decade=str(int((uc >= 0.1).sum())))
-    cd = _code_demo()
-    f.update(code_n=str(cd["n"]), code_decades=f"{cd['decades']:.0f}", code_zero_linear=str(cd["linear"]),
-             code_zero_dynamic=str(cd["dynamic"]))
-
-    # --- AdamW8bit
-    params = inspect.signature(ref.AdamW8bit.__init__).parameters
-    chunk = params["chunk"].default
-    f.update(chunk=f"2^{{{int(math.log2(chunk))}}}", chunk_mib=f"{chunk * 4 / 2**20:.0f} MiB",
-             min_8bit=f"{params['min_8bit_size'].default:,}")
-    st = _states_tiny()
-    f.update(tiny_cfg=st["config"], tiny_n=f"{st['n']:,}", tiny_adamw=f"{st['AdamW']:.2f}",
-             tiny_8bit=f"{st['AdamW8bit']:.2f}", tiny_where=measured_on())
-
-    # --- convergence
-    c = _convergence()
-    f.update(conv_source=c["source"], conv_floor=f"{c['floor']:.2f}",
-             conv_gap=f"{max(abs(r[4]) for r in c['rows']):.2f}%", conv_margin=f"{CONVERGENCE['margin']:.0%}",
-             conv_steps=str(CONVERGENCE["steps"]), conv_visible=str(CONVERGENCE["visible_steps"]),
-             conv_window=str(CONVERGENCE["window"]),
-             conv_lr=f"{CONVERGENCE['lr']:g}", conv_last=f"{c['rows'][-1][2]:.2f}",
-             log_vocab=f"{math.log(2048):.1f}")
-
-    # --- the H100 optimizer record
-    opt = q["quantization"]["optimizers"]
-    f["opt_table"] = markdown_table(
-        ["optimizer", "state B/param", "W + G + states B/param", "step peak MiB", "train step ms", "opt. step ms"],
-        [[r["optimizer"], f"{r['state_bytes_per_param']:.3f}", f"{r['model_state_bytes_per_param']:.2f}",
-          f"{r['step_peak_mib']:,.0f}", f"{r['train_step_ms']:.1f}", f"{r['optimizer_step_ms']:.2f}"] for r in opt])
-    h_size = __import__("memfit").hardware.size("training_step", profile_for("h100"))
-    f["h100_batch"] = f"{h_size['batch']} × {h_size['seq']:,}"
-    from memfit.gpt import COURSE_CONFIGS
-    f["opt_cfg"] = COURSE_CONFIGS[h_size["config"]].name
-    f["opt_8bit_rec"] = f"{opt[1]['state_bytes_per_param']:.2f}"
-    f["opt_params"] = f"{opt[0]['params']:,}"
-    f["opt_ratio"] = f"{opt[1]['optimizer_step_ms'] / opt[0]['optimizer_step_ms']:.0f}×"
-    f["opt_saved"] = f"{opt[0]['step_peak_mib'] - opt[1]['step_peak_mib']:,.0f} MiB"
-
-    # --- grading
-    what = {"q8_0": "llama.cpp's bytes: every scale and code exact (halves, near halves, tiny values); round trip "
-                    "bound; zeros, ragged n; fp32/fp16/bf16; no PyTorch math",
-            "q4_0": "llama.cpp's bytes: signed scale, the tie rule, every code exact; nibble layout decoded by the "
-                    "check",
-            "int8_matmul": "vs x·Ŵᵀ, tolerance by the course's rule; ragged M, N, K; bad input raises",
-            "int8_matmul_memory": "no tensor half the size of Ŵ during the call",
-            "blockwise": "nearest level of the code; fp32 absmax per 256; zero blocks",
-            "adamw8bit_step": "step 1 = AdamW; 8 steps vs float64 run; ≤ 1 B/param scratch",
-            "adamw8bit_convergence": "course-tiny, 20-step means within the margin of AdamW"}
-    f["grading_table"] = markdown_table(["check", "pts", "what it tests"],
-                                        [[f"`{c_.name}`", f"{c_.points:g}", what[c_.name]] for c_ in CHECKS])
-    from autograder.checks.quantization import BLOCK_CASES, MATMUL_CASES
-    f["gpu_block_case"] = " × ".join(f"{d:,}" for d in next(c for c in BLOCK_CASES if c.gpu_only).shape)
-    f["gpu_mm_case"] = ", ".join(f"M={c.m} N={c.n:,} K={c.k:,}" for c in MATMUL_CASES if c.gpu_only)
-    f["points"] = f"{sum(c_.points for c_ in CHECKS):g}"
-    f["n_checks"] = str(len(CHECKS))
-
-    # --- the course in one table (lesson 07's outlook, Llama-3.1-8B at 8 x 4,096 tokens)
-    batch, seq = 8, 4096
-    states = sum(base.values())
-    acts = L8.n_layers * activation_bytes(L8, batch, seq, "amp", "none")
-    acts_full = L8.n_layers * activation_bytes(L8, batch, seq, "amp", "full")
-    c_tok, c_cols = chunk_plan(batch * seq, L8.d_model, L8.vocab_size, 2)
-    tile_bytes = c_tok * c_cols * 2 + (c_tok * L8.d_model * 4 if c_cols < L8.vocab_size else 0)
-    e8 = _lesson_log()["errors"]
-    f["course_table"] = markdown_table(["", "technique", "what it saves (8B, 8 × 4,096 tokens)", "its price"], [
-        ["01", "mixed precision + AdamW", f"baseline: {states / GB:.0f} GB of states", "—"],
-        ["02", "full recomputation", f"activations {acts / GB:.0f} → {acts_full / GB:.1f} GB", "a 2nd forward"],
-        ["03", "ZeRO-3, 8 GPUs", f"states {states / GB:.0f} → {states / 8 / GB:.0f} GB per GPU", "all-gathers"],
-        ["05", "FlashAttention", f"N × N scores: {batch * L8.n_heads * seq * seq * 2 / GB:.0f} GB per layer",
-         "none: faster"],
-        ["06", "fused linear CE", f"logits {batch * seq * L8.vocab_size * 4 / GB:.0f} GB → {tile_bytes / GB:.2f} GB",
-         "a recomputed matmul"],
-        ["07", "8-bit AdamW states", f"states {states / GB:.0f} → {sum(eight.values()) / GB:.0f} GB",
-         "rounding of m, v"],
-        ["07", "Q8_0 / Q4_0 weights", f"fp16 {b['fp16'] / GB:.1f} → {b['Q8_0'] / GB:.1f} / {b['Q4_0'] / GB:.1f} GB",
-         f"{_pct(e8['heavy-tailed', 'Q8_0'][1])} / {_pct(e8['heavy-tailed', 'Q4_0'][1], 0)} output error"]])
-
-    # --- the summary table
-    sb = (1 + 4 / ref.STATE_BLOCK) * 8
-    f["summary_table"] = markdown_table(["", "bits / value", "scale", "error bound", "for"], [
-        ["int8 per tensor", "8", "fp32 per tensor", "d/2, d set by the outlier", "(what not to do)"],
-        ["Q8_0", f"{bits['Q8_0']:g}", f"fp16 per {ref.QK}", "d/2 + 127·\\|d − d̂\\|",
-         f"weights: 8B in {b['Q8_0'] / GB:.1f} GB"],
-        ["Q4_0", f"{bits['Q4_0']:g}", f"signed fp16 per {ref.QK}", "\\|d\\| + 8·\\|d − d̂\\|",
-         f"weights: 8B in {b['Q4_0'] / GB:.1f} GB"],
-        ["8-bit dynamic", f"{sb:g}", f"fp32 per {ref.STATE_BLOCK}", "half a gap between levels",
-         f"m, v: {sum(base.values()) / n8:.0f} → {sum(eight.values()) / n8:.0f} B/param"]])
-    return f
 
 
 # ================================================================================================= figures
@@ -764,3 +523,155 @@ def fig_rotation():
     ax.set_title("the outliers spread over the row")
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- what the deck quotes ({{ name }} in its Markdown)
+
+import torch
+from autograder.checks.quantization import CHECKS, CONVERGENCE
+from memfit.from_lessons.activations import activation_bytes
+from memfit.from_lessons.fused_linear_ce import chunk_plan
+from memfit.from_lessons.model_states import state_bytes
+from memfit.gpt import LLAMA_3_1_8B as L8
+from memfit.hardware import KERNEL_CONFIGS, profile_for
+ref = _ref()
+
+# --- the 8B arithmetic
+s = _sizes()
+n, b, t4 = s["n"], s["bytes"], s["t4"]
+bits = _bits()
+
+# --- per tensor against per block
+o = _outlier_demo()
+blocks_cfg = KERNEL_CONFIGS["quant_blocks"]
+q4 = _q4_demo()
+
+# --- the lesson's error table
+log = _lesson_log()
+e = log["errors"]
+rows = [[m, _pct(e["Gaussian", m][0], 2), _pct(e["Gaussian", m][1], 2), _pct(e["heavy-tailed", m][0], 2),
+         _pct(e["heavy-tailed", m][1], 2)] for m in ("int8 per tensor", "Q8_0", "Q4_0")]
+err_table = markdown_table(["", "Gaussian W", "Gaussian y", "heavy-tailed W", "heavy-tailed y"], rows)
+
+# --- rotation
+r = _rotation()
+rot_table = (markdown_table(
+        ["layer-output error", "W as it is", "W R (rotated)"],
+        [["Q8_0", _pct(r["plain", "q8_0"], 2), _pct(r["rotated", "q8_0"], 2)],
+         ["Q4_0", _pct(r["plain", "q4_0"], 1), _pct(r["rotated", "q4_0"], 1)],
+         ["kurtosis of the weights", f"{r['plain', 'kurtosis']:.0f}", f"{r['rotated', 'kurtosis']:.1f}"]]))
+
+# --- the fused matmul: bytes, tiles
+w_bytes = (ref.CODE_BYTES["q8_0"] + 2) / ref.QK
+up_hat = L8.ffn_hidden * L8.d_model * 2
+small_threshold = max(m for m in range(1, 257) if ref.int8_matmul_tiles(m) == KERNEL_CONFIGS["int8_matmul"]["cpu"]["small_m"])
+
+def tiles(t):
+    return f"{t['BLOCK_M']} × {t['BLOCK_N']} × {t['BLOCK_K']}, {t['num_warps']} warps, {t['num_stages']} st."
+mm_cfg = KERNEL_CONFIGS["int8_matmul"]
+tile_rows = [[label, tiles(mm_cfg[key]["small_m"]), tiles(mm_cfg[key]["large_m"])]
+             for key, label in (("cpu", "cpu (interpreter)"), ("t4", "T4, V100"), ("gpu", "other GPUs"),
+                                ("h100", "H100"))]
+from memfit.hardware import KNOWN_GPUS, KiB
+h_large = mm_cfg["h100"]["large_m"]
+
+# --- the matmul record
+q = _quant()
+lo, hi = _ratios(1, 16)
+decode_lo = f"{lo:.2f}×"
+decode_hi = f"{hi:.2f}×"
+lo, hi = _ratios(256, 1 << 20)
+prefill_lo = f"{lo:.1f}×"
+prefill_hi = f"{hi:.1f}×"
+lo, hi = _ratios(64, 64)
+m64_lo = f"{lo:.1f}×"
+m64_hi = f"{hi:.1f}×"
+up_name = next(sh for sh in _shapes() if "up" in sh)
+up = _matmul_rows(up_name)
+mm_rows = [[f"{m:,}", f"{by[FP16]['us']:.1f}", f"{by[DEQ]['us']:.1f}", f"{by[FUSED]['us']:.1f}",
+            f"{by[FUSED]['us'] / by[FP16]['us']:.2f}×", f"{by[DEQ]['peak_mib']:,.1f}", f"{by[FUSED]['peak_mib']:,.2f}"]
+           for m, by in sorted(up.items())]
+mm_table = (markdown_table(["M", "cuBLAS fp16 µs", "deq. + mm µs", "fused µs", "fused / fp16",
+                                    "deq. + mm MiB", "fused MiB"], mm_rows))
+t = _tiles_md()
+one = up[1]
+
+# --- the block kernels record
+fmts = q["quantization"]["formats"]
+copy = next(r for r in fmts if r["op"].startswith("copy"))
+formats_table = (markdown_table(
+        ["format", "op", "µs", "TB/s", "of a copy", "relative error"],
+        [[r["format"], r["op"], f"{r['us']:.1f}", f"{r['gbs'] / 1000:.2f}", _pct(r["gbs"] / copy["gbs"], 0),
+          _pct(r["relative_error"], 2)] for r in fmts]))
+
+# --- 8-bit states: the bytes
+n8 = n
+base, eight = state_bytes(n8, "amp", "adamw"), state_bytes(n8, "amp", "adamw8bit")
+
+# --- the dynamic code
+sc, uc = ref.dynamic_code(True), ref.dynamic_code(False)
+cd = _code_demo()
+
+# --- AdamW8bit
+params = inspect.signature(ref.AdamW8bit.__init__).parameters
+chunk = params["chunk"].default
+chunk_fact = f"2^{{{int(math.log2(chunk))}}}"
+st = _states_tiny()
+
+# --- convergence
+c = _convergence()
+
+# --- the H100 optimizer record
+opt = q["quantization"]["optimizers"]
+opt_table = (markdown_table(
+        ["optimizer", "state B/param", "W + G + states B/param", "step peak MiB", "train step ms", "opt. step ms"],
+        [[r["optimizer"], f"{r['state_bytes_per_param']:.3f}", f"{r['model_state_bytes_per_param']:.2f}",
+          f"{r['step_peak_mib']:,.0f}", f"{r['train_step_ms']:.1f}", f"{r['optimizer_step_ms']:.2f}"] for r in opt]))
+h_size = __import__("memfit").hardware.size("training_step", profile_for("h100"))
+from memfit.gpt import COURSE_CONFIGS
+
+# --- grading
+what = {"q8_0": "llama.cpp's bytes: every scale and code exact (halves, near halves, tiny values); round trip "
+                "bound; zeros, ragged n; fp32/fp16/bf16; no PyTorch math",
+        "q4_0": "llama.cpp's bytes: signed scale, the tie rule, every code exact; nibble layout decoded by the "
+                "check",
+        "int8_matmul": "vs x·Ŵᵀ, tolerance by the course's rule; ragged M, N, K; bad input raises",
+        "int8_matmul_memory": "no tensor half the size of Ŵ during the call",
+        "blockwise": "nearest level of the code; fp32 absmax per 256; zero blocks",
+        "adamw8bit_step": "step 1 = AdamW; 8 steps vs float64 run; ≤ 1 B/param scratch",
+        "adamw8bit_convergence": "course-tiny, 20-step means within the margin of AdamW"}
+grading_table = (markdown_table(["check", "pts", "what it tests"],
+                                        [[f"`{c_.name}`", f"{c_.points:g}", what[c_.name]] for c_ in CHECKS]))
+from autograder.checks.quantization import BLOCK_CASES, MATMUL_CASES
+
+# --- the course in one table (lesson 07's outlook, Llama-3.1-8B at 8 x 4,096 tokens)
+batch, seq = 8, 4096
+states = sum(base.values())
+acts = L8.n_layers * activation_bytes(L8, batch, seq, "amp", "none")
+acts_full = L8.n_layers * activation_bytes(L8, batch, seq, "amp", "full")
+c_tok, c_cols = chunk_plan(batch * seq, L8.d_model, L8.vocab_size, 2)
+tile_bytes = c_tok * c_cols * 2 + (c_tok * L8.d_model * 4 if c_cols < L8.vocab_size else 0)
+e8 = _lesson_log()["errors"]
+course_table = (markdown_table(["", "technique", "what it saves (8B, 8 × 4,096 tokens)", "its price"], [
+        ["01", "mixed precision + AdamW", f"baseline: {states / GB:.0f} GB of states", "—"],
+        ["02", "full recomputation", f"activations {acts / GB:.0f} → {acts_full / GB:.1f} GB", "a 2nd forward"],
+        ["03", "ZeRO-3, 8 GPUs", f"states {states / GB:.0f} → {states / 8 / GB:.0f} GB per GPU", "all-gathers"],
+        ["05", "FlashAttention", f"N × N scores: {batch * L8.n_heads * seq * seq * 2 / GB:.0f} GB per layer",
+         "none: faster"],
+        ["06", "fused linear CE", f"logits {batch * seq * L8.vocab_size * 4 / GB:.0f} GB → {tile_bytes / GB:.2f} GB",
+         "a recomputed matmul"],
+        ["07", "8-bit AdamW states", f"states {states / GB:.0f} → {sum(eight.values()) / GB:.0f} GB",
+         "rounding of m, v"],
+        ["07", "Q8_0 / Q4_0 weights", f"fp16 {b['fp16'] / GB:.1f} → {b['Q8_0'] / GB:.1f} / {b['Q4_0'] / GB:.1f} GB",
+         f"{_pct(e8['heavy-tailed', 'Q8_0'][1])} / {_pct(e8['heavy-tailed', 'Q4_0'][1], 0)} output error"]]))
+
+# --- the summary table
+sb = (1 + 4 / ref.STATE_BLOCK) * 8
+summary_table = (markdown_table(["", "bits / value", "scale", "error bound", "for"], [
+        ["int8 per tensor", "8", "fp32 per tensor", "d/2, d set by the outlier", "(what not to do)"],
+        ["Q8_0", f"{bits['Q8_0']:g}", f"fp16 per {ref.QK}", "d/2 + 127·\\|d − d̂\\|",
+         f"weights: 8B in {b['Q8_0'] / GB:.1f} GB"],
+        ["Q4_0", f"{bits['Q4_0']:g}", f"signed fp16 per {ref.QK}", "\\|d\\| + 8·\\|d − d̂\\|",
+         f"weights: 8B in {b['Q4_0'] / GB:.1f} GB"],
+        ["8-bit dynamic", f"{sb:g}", f"fp32 per {ref.STATE_BLOCK}", "half a gap between levels",
+         f"m, v: {sum(base.values()) / n8:.0f} → {sum(eight.values()) / n8:.0f} B/param"]]))

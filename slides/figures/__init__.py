@@ -1,12 +1,11 @@
-"""What a deck shows: slides/figures/<deck>.py gives facts() (name -> text for {{ name }}) and fig_NAME()
-(a matplotlib Figure for fig:NAME). Both compute from the course's own code (memfit, memfit.from_lessons: the
+"""What a deck shows: slides/figures/<deck>.py, the deck's companion, is the namespace of its {{ expressions }} and
+gives fig_NAME() (a matplotlib Figure for fig:NAME). Both compute from the course's own code (memfit, memfit.from_lessons: the
 lessons' reference solutions) or read a recorded run under benchmarks/results/ through record(); nothing is typed in.
 """
 from __future__ import annotations
 
 import functools
 import json
-import re
 from pathlib import Path
 
 import matplotlib
@@ -47,18 +46,31 @@ def record(name: str, file: str = "") -> dict:
                                 f"{f' in a file named *{file}*' if file else ''}: run `python -m benchmarks.{name}` "
                                 f"on a GPU (make bench) to record one")
     date, filename, data, body = max(found, key=lambda f: (f[0], f[1]))
-    facts = {k: v for k, v in data.items() if not isinstance(v, dict)}
-    return {**facts, "path": f"benchmarks/results/{filename}", name: body}
+    run = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    return {**run, "path": f"benchmarks/results/{filename}", name: body}
 
 
 def source(rec: dict) -> str:
-    """The line under a measured figure: device, versions, date and the record's path."""
-    return (f"{rec['device']}, torch {rec['torch']}, triton {rec['triton']}, {rec['date']}: "
-            f"{rec['path']}")
+    """The line under a measured figure: device, versions, date and the record's path (a text log's JSON companion
+    names the log it was read from: python -m slides.log_records)."""
+    return f"{rec['device']}, torch {rec['torch']}, triton {rec['triton']}, {rec['date']}: {rec.get('log', rec['path'])}"
 
 
 def gib(n_bytes: float, digits: int = 1) -> str:
     return f"{n_bytes / 2**30:,.{digits}f} GiB"
+
+
+def kib(n_bytes: float, digits: int = 0) -> str:
+    return f"{n_bytes / 2**10:,.{digits}f} KiB"
+
+
+def mib(n_bytes: float, digits: int = 1) -> str:
+    return f"{n_bytes / 2**20:,.{digits}f} MiB"
+
+
+def dtype_name(dtype) -> str:
+    """torch.bfloat16 -> bf16, "float32" -> fp32: the short names the slides use."""
+    return str(dtype).replace("torch.", "").replace("bfloat", "bf").replace("float", "fp")
 
 
 def gb(n_bytes: float, digits: int = 1) -> str:
@@ -86,25 +98,3 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def newest_result(pattern: str) -> Path:
-    """The newest file under benchmarks/results/ matching a glob, for records kept as text (a notebook's log printed
-    on a GPU, a Markdown table) that record() cannot read."""
-    found = sorted(RESULTS.glob(pattern))
-    if not found:
-        raise FileNotFoundError(f"no file benchmarks/results/{pattern}: run the lesson's notebook or benchmark on a "
-                                f"GPU to record one")
-    return found[-1]
-
-
-def find_line(pattern: str, text: str, where: Path, flags: int = re.M) -> re.Match:
-    """re.search that names the record and the missing line when a text record no longer holds what a deck reads."""
-    match = re.search(pattern, text, flags)
-    if match is None:
-        raise ValueError(f"{where.name}: no line matches {pattern!r}; the deck reads it from this record")
-    return match
-
-
-def file_date(path: Path) -> str:
-    return re.search(r"\d{4}-\d{2}-\d{2}", path.name).group(0)

@@ -66,48 +66,6 @@ def _points() -> list[tuple[str, str, float, int]]:
     return rows
 
 
-def facts() -> dict[str, str]:
-    from memfit.from_lessons.activations import predict_peak
-    from memfit.from_lessons.model_states import state_bytes
-    cfg, n = _model()
-    recipes = [("fp32", "fp32 weights, grads, Adam"), ("amp", "autocast: fp32 weights, bf16 compute"),
-               ("mixed", "bf16 weights + grads, fp32 master + Adam"), ("bf16", "pure bf16")]
-    recipe_rows = []
-    for precision, what in recipes:
-        s = state_bytes(n, precision, "adamw")
-        total = sum(s.values())
-        recipe_rows.append([f"`{precision}`", what, f"{total / n:.0f}", gb(total)])
-    peak = predict_peak(cfg, BATCH, SEQ, "amp", "adamw", "none")
-    cut_rows = [[lesson, technique, cut, _size(before), _size(after), f"{before / after:,.0f}×"]
-                for lesson, technique, cut, before, after in _cuts()]
-    points = _points()
-    first = record("first_kernel", file="h100")
-    ours = next(r for r in first["first_kernel"]["rows"] if r["impl"].startswith("reference"))
-    acts = record("activations")
-    flce = record("fused_linear_ce")
-    gemma = {r["contender"]: r for r in flce["fused_linear_ce"]["rows"] if r["head"] == "Gemma-2-2B"}
-    return {
-        "params_8b": f"{n:,}", "params_8b_short": f"{n / 1e9:.2f} B",
-        "states_8b": gb(sum(state_bytes(n, 'mixed', 'adamw').values()), 0),
-        "recipes_table": markdown_table(["recipe", "what is kept", "B/param", "Llama-3.1-8B"], recipe_rows),
-        "seq": f"{SEQ:,}", "peak_8b": gib(peak["peak"]), "peak_moment": peak["moment"],
-        "acts_8b": gib(peak["activations"]), "gpus": str(GPUS),
-        "cuts_table": markdown_table(["lesson", "technique", "cuts", "before", "after", ""], cut_rows),
-        "lessons_table": markdown_table(["#", "lesson", "points", "checks"],
-                                        [[a, b, f"{c:g}", d] for a, b, c, d in points]),
-        "total_points": f"{sum(p[2] for p in points):g}", "total_checks": str(sum(p[3] for p in points)),
-        "h_first": f"{ours['tbps']:.2f} TB/s, {100 * ours['of_copy_ceiling']:.0f}% of the measured copy ceiling",
-        "h_first_src": source(first),
-        "h_acts": (f"within {100 * acts['activations']['max_abs_error']:.2f}% of the CUDA allocator on "
-                   f"{len(acts['activations']['rows'])} configurations (median "
-                   f"{100 * acts['activations']['median_abs_error']:.2f}%)"),
-        "h_acts_src": source(acts),
-        "h_flce": (f"{gemma['reference']['peak_mib']:,.0f} MiB against {gemma['PyTorch, loss upcast to fp32']['peak_mib']:,.0f}"
-                   f" MiB for PyTorch's chain (gradients alone: {gemma['reference']['grads_mib']:,.0f} MiB)"),
-        "h_flce_src": source(flce),
-    }
-
-
 def fig_step_picture():
     """Llama-3.1-8B, one training step at 1 x 8192 tokens (amp, AdamW): the predicted peak by part,
     against the memory of a T4 and of an H100."""
@@ -158,3 +116,29 @@ def fig_cuts():
     ax.set_xlabel(f"GB, Llama-3.1-8B, {BATCH} x {SEQ:,} tokens")
     ax.legend(loc="lower right")
     return fig
+
+
+# ---------------------------------------------------------------- what the deck quotes ({{ name }} in its Markdown)
+
+from memfit.from_lessons.activations import predict_peak
+from memfit.from_lessons.model_states import state_bytes
+cfg, n = _model()
+recipes = [("fp32", "fp32 weights, grads, Adam"), ("amp", "autocast: fp32 weights, bf16 compute"),
+           ("mixed", "bf16 weights + grads, fp32 master + Adam"), ("bf16", "pure bf16")]
+recipe_rows = []
+for precision, what in recipes:
+    s = state_bytes(n, precision, "adamw")
+    total = sum(s.values())
+    recipe_rows.append([f"`{precision}`", what, f"{total / n:.0f}", gb(total)])
+peak = predict_peak(cfg, BATCH, SEQ, "amp", "adamw", "none")
+cut_rows = [[lesson, technique, cut, _size(before), _size(after), f"{before / after:,.0f}×"]
+            for lesson, technique, cut, before, after in _cuts()]
+points = _points()
+first = record("first_kernel", file="h100")
+ours = next(r for r in first["first_kernel"]["rows"] if r["impl"].startswith("reference"))
+acts = record("activations")
+flce = record("fused_linear_ce")
+gemma = {r["contender"]: r for r in flce["fused_linear_ce"]["rows"] if r["head"] == "Gemma-2-2B"}
+recipes_table = markdown_table(["recipe", "what is kept", "B/param", "Llama-3.1-8B"], recipe_rows)
+lessons_table = markdown_table(["#", "lesson", "points", "checks"],
+                                        [[a, b, f"{c:g}", d] for a, b, c, d in points])
