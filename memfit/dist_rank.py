@@ -20,7 +20,7 @@ def resolve(target: str | dict):
         return namespace[target["name"]]
     if "::" in target:  # a notebook's function: load the notebook's graded code, as the grader does
         path, name = target.split("::", 1)
-        from course.notebook_loader import load_notebook
+        from memfit.notebook import load_notebook
         loaded = load_notebook(path)
         if not hasattr(loaded.module, name):
             problems = "; ".join(map(str, loaded.errors)) or "no cell defines it"

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from course import ROOT
 from autograder.checks import Check, checks_for
-from course.notebook_loader import cell_source, is_demo_cell, is_test_cell, strip_magics
+from memfit.notebook import cell_source, is_demo_cell, is_test_cell, strip_magics
 from tests.mutants.registry import REF, REGISTRY, as_mapping, mutant_module
 
 WEIGHTS = {"reference": 0.40, "stub": 0.25, "mutant": 0.35}

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from course import course_env
-from course.notebook_loader import cell_source, lesson_of, read_notebook
+from memfit.notebook import cell_source, lesson_of, read_notebook
 from tests import make_class
 
 pytestmark = pytest.mark.xdist_group("make_class")  # its module fixtures are built once, on one worker

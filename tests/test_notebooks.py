@@ -9,7 +9,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="skipped: nbformat is not installed (make test installs it)")
 
 from course import course_env
-from course.notebook_loader import lesson_of, read_notebook
+from memfit.notebook import lesson_of, read_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))

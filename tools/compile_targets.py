@@ -28,7 +28,8 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from course.lessons import checks_module, lessons  # noqa: E402
-from course.notebook_loader import NotebookError, lesson_of, load_notebook, load_solution, read_notebook  # noqa: E402
+from memfit.notebook import NotebookError, lesson_of, load_notebook, read_notebook  # noqa: E402
+from course.notebook_loader import load_solution  # noqa: E402
 from memfit.hardware import config, profile_for  # noqa: E402
 from memfit.runtime import cpu_share  # noqa: E402
 

@@ -104,7 +104,7 @@ def library_path(lesson: str) -> Path:
 def graded_cells_disagreeing(lesson: str) -> list[str]:
     """How the solution notebook's graded test cells and the lesson's CHECKS differ ([] when they agree)."""
     from autograder.checks import checks_for
-    from course.notebook_loader import is_test_cell, read_notebook
+    from memfit.notebook import is_test_cell, read_notebook
     cells = [c["metadata"]["nbgrader"] for c in read_notebook(ROOT / "solutions" / f"{lesson}.ipynb")["cells"]
              if is_test_cell(c)]
     problems = [f"two test cells have grade_id {g!r}" for g in sorted({c["grade_id"] for c in cells})

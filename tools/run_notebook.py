@@ -16,7 +16,7 @@ import sys
 import time
 import types
 
-from course.notebook_loader import cell_source, compile_cell, read_notebook, strip_magics
+from memfit.notebook import cell_source, compile_cell, read_notebook, strip_magics
 
 
 HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
