@@ -29,7 +29,7 @@ from autograder.checks import Check, checks_for, time_limit
 from autograder.forkserver import ForkedChild, ForkServer, ForkServerError
 from autograder.child import EXIT_CUDA_ERROR, verify
 from autograder.gradebook import Row
-from course.notebook_loader import LESSON_NAME, NotebookError, lesson_of, read_notebook
+from memfit.notebook import LESSON_NAME, NotebookError, lesson_of, read_notebook
 
 FORK_SERVER_ENV = "MEMFIT_FORK_SERVER"  # "0": start every child with a fresh interpreter (as on a GPU machine)
 LOAD_ALLOWANCE_S = 90.0  # importing torch and running a notebook's cells, before the first check starts

@@ -149,7 +149,7 @@ _busy = threading.local()
 def _from_notebook(depth: int = 2) -> bool:
     """Does the code that raised this event come from a notebook cell (directly, or through inspect/traceback)?"""
     frame = sys._getframe(depth)  # 0: here, 1: _audit, 2: the code that raised the event (C functions have none)
-    from course.notebook_loader import CELL_FILENAME
+    from memfit.notebook import CELL_FILENAME
     for _ in range(3):
         if frame is None:
             return False
