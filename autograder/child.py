@@ -2,11 +2,12 @@
 
     python -m autograder.child NOTEBOOK LESSON CHECK[,CHECK...] RESULT_FD   (a key of 64 hex digits on stdin)
 
-Started by autograder.runner, which applies the OS limits (autograder.sandbox). The child imports the grader,
-installs the in-process guards, loads the notebook once and runs the named checks in order. For each check it
-writes a signed line "start" and then "result" to the pipe RESULT_FD, so the parent knows which check was
-running if the process dies, hangs or runs out of memory, and grades the rest in a new process. After a CUDA
-error the child exits at once (the context is lost for everything after it).
+Started by autograder.runner inside the OS limits and namespaces of autograder.sandbox. The child runs STARTUP, a
+list of named steps in the order they must run (each says why it sits where it does): it imports the grader, reads
+the notebook, puts up the in-process guards and takes the integrity snapshot. Then it loads the notebook once and
+runs the named checks in order. For each check it writes a signed line "start" and then "result" to the pipe
+RESULT_FD, so the parent knows which check was running if the process dies, hangs or runs out of memory, and grades
+the rest in a new process. After a CUDA error the child exits at once (the context is lost for everything after it).
 """
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
 
 os.environ["MEMFIT_GRADING"] = "1"  # a skipped check raises instead of printing (autograder.checks.skip)
 
 import memfit  # noqa: E402,F401  (decides TRITON_INTERPRET before any notebook imports triton)
 from memfit.runtime import cpu_share  # noqa: E402
+from autograder import sandbox  # noqa: E402
 
 EXIT_CUDA_ERROR = 3  # the parent grades the remaining checks in a fresh process
 
@@ -96,6 +100,116 @@ def visible_or_hidden(check, loaded, spent_s: float) -> str:
     return ""
 
 
+# ================================================================================= start-up
+
+@dataclass
+class Grading:
+    """One child's job, and what the start-up steps hand on to the grading."""
+    notebook: str
+    lesson: str
+    names: list[str]
+    report: Callable[..., None]  # writes one signed line to the result pipe
+    checks: dict = field(default_factory=dict)
+    nb: dict | None = None
+    unreadable: Exception | None = None  # the notebook could not be read: every check gets this error
+    release: dict | None = None
+    solution: dict | None = None
+    before: object = None  # sandbox.snapshot() taken before the notebook runs
+
+
+def import_checks(g: Grading) -> None:
+    from autograder.checks import checks_for
+    g.checks = {c.name: c for c in checks_for(g.lesson)}
+
+
+def load_references(g: Grading) -> None:
+    if os.environ.get("MEMFIT_REFERENCES"):  # values the runner computed once for the class (checks.references)
+        from autograder.checks import references
+        try:
+            references.load(os.environ["MEMFIT_REFERENCES"])
+        except Exception:  # noqa: BLE001  (unreadable: each check computes its values in place, as without one)
+            pass
+
+
+def import_lesson_reference(g: Grading) -> None:
+    try:  # the checks compute their expected values with it
+        __import__(f"memfit.from_lessons.{g.lesson.split('_', 1)[1]}")
+    except ImportError:
+        pass
+
+
+def read_notebooks(g: Grading) -> None:
+    """The notebook, the lesson's release (its locked cells) and its solution (what a locked cell should hold)."""
+    from memfit.notebook import NotebookError, read_notebook
+    from course.notebook_loader import release_of, solution_path
+    try:
+        g.nb = read_notebook(g.notebook)
+    except NotebookError as exc:
+        g.unreadable = exc
+    g.release = release_of(g.lesson)
+    try:
+        g.solution = read_notebook(solution_path(g.lesson))
+    except NotebookError:
+        g.solution = None
+
+
+def cap_gpu_memory(g: Grading) -> None:
+    sandbox.cap_gpu_memory(float(os.environ["MEMFIT_GPU_FRACTION"]) if os.environ.get("MEMFIT_GPU_FRACTION") else None)
+
+
+def limit_threads(g: Grading) -> None:
+    sandbox.limit_threads(int(os.environ.get("MEMFIT_THREADS", "0")) or cpu_share())
+
+
+def fill_uninitialized_memory(g: Grading) -> None:
+    sandbox.fill_uninitialized_memory()
+
+
+def guard_meter_resets(g: Grading) -> None:
+    from memfit.meter import install_reset_guards
+    install_reset_guards()
+
+
+def cache_hardware_profile(g: Grading) -> None:
+    memfit.profile()
+
+
+def install_audit_hook(g: Grading) -> None:
+    """Blocks the grader's files, non-loopback sockets and frame / heap introspection from notebook code."""
+    sandbox.install_guards(g.lesson, [os.environ[k] for k in ("MEMFIT_GRADES_DIR",) if os.environ.get(k)])
+
+
+def freeze_imports(g: Grading) -> None:
+    gc.freeze()
+
+
+def take_snapshot(g: Grading) -> None:
+    g.before = sandbox.snapshot()
+
+
+class Step(NamedTuple):
+    run: Callable[[Grading], None]
+    why_here: str
+
+
+STARTUP = (
+    Step(import_checks, "first: the grader's modules must be in memory before reads of autograder/ are blocked"),
+    Step(load_references, "the class's shared values are read from the grades folder, blocked later"),
+    Step(import_lesson_reference, "the checks' reference code, imported before its file is blocked"),
+    Step(read_notebooks, "before the guards: the notebook may lie in solutions/ (make grade NOTEBOOKS=solutions)"),
+    Step(cap_gpu_memory, "before anything touches the GPU: the cap binds from the first allocation"),
+    Step(limit_threads, "before any notebook code runs torch: its thread count is fixed for the grading"),
+    Step(fill_uninitialized_memory, "before the notebook allocates: its fresh memory is NaN too (again per check)"),
+    Step(guard_meter_resets, "before the snapshot: the guards are then part of what must not change"),
+    Step(cache_hardware_profile, "before the snapshot: filling its cache later is not a change"),
+    Step(install_audit_hook, "after every file the grader reads: from here on they cannot be opened"),
+    Step(freeze_imports, "after the imports: gc.collect() in the meter no longer walks their objects (0.1 s each)"),
+    Step(take_snapshot, "last: what the notebook may not change, as it is just before the notebook runs"),
+)
+
+
+# ================================================================================= grading
+
 def main(argv: list[str], key: bytes | None = None) -> int:
     """Grade; `key` signs the results (read from stdin when not given: autograder.forkserver gives it)."""
     notebook, lesson, names, fd = argv[0], argv[1], argv[2].split(","), int(argv[3])
@@ -106,72 +220,55 @@ def main(argv: list[str], key: bytes | None = None) -> int:
         out.write(sign(key, record) + "\n")
         out.flush()
 
-    from autograder import sandbox
-    from autograder.checks import checks_for
-    import course.notebook_loader as loader
-    from course.notebook_loader import NotebookError, load_notebook, locked_cell_problems, release_of, test_cell_ids
-    from memfit.meter import install_reset_guards
+    g = Grading(notebook, lesson, names, report)
+    for step in STARTUP:
+        step.run(g)
+    loaded, notes = load(g)
+    return grade_checks(g, loaded, notes) if loaded is not None else 0
 
-    checks = {c.name: c for c in checks_for(lesson)}
-    if os.environ.get("MEMFIT_REFERENCES"):  # values the runner computed once for the class (checks.references)
-        from autograder.checks import references
-        try:
-            references.load(os.environ["MEMFIT_REFERENCES"])
-        except Exception:  # noqa: BLE001  (unreadable: each check computes its values in place, as without one)
-            pass
-    try:  # the lesson's reference, imported now so its file can be guarded (checks use it for their expected values)
-        __import__(f"memfit.from_lessons.{lesson.split('_', 1)[1]}")
-    except ImportError:
-        pass
-    try:  # read before the guards: a notebook may lie in solutions/ (make grade NOTEBOOKS=solutions)
-        nb, unreadable = loader.read_notebook(notebook), None
-    except NotebookError as exc:
-        nb, unreadable = None, exc
-    release = release_of(lesson)
-    try:
-        solution = loader.read_notebook(loader.solution_path(lesson))
-    except NotebookError:
-        solution = None
-    sandbox.cap_gpu_memory(float(os.environ["MEMFIT_GPU_FRACTION"]) if os.environ.get("MEMFIT_GPU_FRACTION") else None)
-    sandbox.limit_threads(int(os.environ.get("MEMFIT_THREADS", "0")) or cpu_share())
-    sandbox.fill_uninitialized_memory()
-    install_reset_guards()
-    memfit.profile()  # its cache is set before the snapshot, so that setting it is not a change
-    sandbox.install_guards(lesson, [os.environ[k] for k in ("MEMFIT_GRADES_DIR",) if os.environ.get(k)])
-    gc.freeze()  # the imports' 177k objects are never garbage: each gc.collect() of the meter took 0.1 s for them
-    before = sandbox.snapshot()
 
+def load(g: Grading):
+    """The notebook's graded cells as a module, and a note per check whose locked cell was edited; (None, {}) when it
+    cannot be loaded (each check then reports why)."""
+    from memfit.notebook import NotebookError, load_notebook
+    from course.notebook_loader import locked_cell_problems, test_cell_ids
     try:
-        if unreadable:
-            raise unreadable
+        if g.unreadable:
+            raise g.unreadable
         notes = {}
-        if release is not None:
-            for problem in locked_cell_problems(nb, release, solution):
+        if g.release is not None:
+            for problem in locked_cell_problems(g.nb, g.release, g.solution):
                 notes[problem.split()[2]] = (f" (Note: {problem}; the grader ignores the notebook's test cells and "
                                              "runs its own checks.)")
-        loaded = load_notebook(notebook, cell_timeout_s=float(os.environ.get("MEMFIT_CELL_TIMEOUT_S", 60)),
-                               test_ids=test_cell_ids(release), nb=nb)
+        loaded = load_notebook(g.notebook, cell_timeout_s=float(os.environ.get("MEMFIT_CELL_TIMEOUT_S", 60)),
+                               test_ids=test_cell_ids(g.release), nb=g.nb)
     except NotebookError as exc:
-        for name in names:
-            report(event="result", check=name, status="error", message=str(exc))
-        return 0
-    report(event="loaded")
-    tampered = sandbox.changes(before)
-    for name in names:
-        report(event="start", check=name)
+        for name in g.names:
+            g.report(event="result", check=name, status="error", message=str(exc))
+        return None, {}
+    g.report(event="loaded")
+    return loaded, notes
+
+
+def grade_checks(g: Grading, loaded, notes: dict[str, str]) -> int:
+    """Each named check in order, a "start" line before it and a "result" line after; from the first change to what
+    the grader relies on, every check scores 0."""
+    tampered = sandbox.changes(g.before)
+    for name in g.names:
+        g.report(event="start", check=name)
         if tampered:
-            report(event="result", check=name, status="error", message=tamper_message(tampered))
+            g.report(event="result", check=name, status="error", message=tamper_message(tampered))
             continue
         sandbox.fill_uninitialized_memory()
         started = time.monotonic()
-        status, message = run_check(checks[name], loaded)
+        status, message = run_check(g.checks[name], loaded)
         if status == "failed":
-            message += visible_or_hidden(checks[name], loaded, time.monotonic() - started)
-        tampered = sandbox.changes(before)
+            message += visible_or_hidden(g.checks[name], loaded, time.monotonic() - started)
+        tampered = sandbox.changes(g.before)
         if tampered:
             status, message = "error", tamper_message(tampered)
         cuda_lost = _cuda_broken(None) if status != "passed" else False
-        report(event="result", check=name, status=status, message=message + notes.get(name, ""))
+        g.report(event="result", check=name, status=status, message=message + notes.get(name, ""))
         if cuda_lost:
             return EXIT_CUDA_ERROR
     return 0

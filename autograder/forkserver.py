@@ -4,8 +4,8 @@ On a CPU machine a child spends about 3 s importing torch, Triton, matplotlib an
 notebook cell runs; a class of 100 students has 800 notebooks. A fork of a process that already imported them
 starts in milliseconds. Each forked child is what `python -m autograder.child` would be: its own session, the
 rlimits of autograder.sandbox, its output in the log file, its signed results on the pipe it was given, the
-guards installed after the fork. The server runs inside the network namespace (autograder.sandbox.network_wrapper),
-so the children it forks have loopback only, as before.
+guards installed after the fork. The server runs inside the namespaces (autograder.sandbox.Namespaces), so the
+children it forks have loopback only and the read-only view of the course, as a fresh child would.
 
 Only on machines without a GPU: a process that forks must not have touched CUDA, and on a GPU machine each child
 picks its GPU through CUDA_VISIBLE_DEVICES before CUDA starts. The server never runs torch code (OpenMP's thread
@@ -53,10 +53,10 @@ class ForkServerError(OSError):
 class ForkServer:
     """The parent's handle on one server; one per worker, which forks one child at a time."""
 
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, env: dict[str, str], namespaces_prefix: tuple[str, ...] = ()):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.proc = subprocess.Popen(
-            [*sandbox.network_wrapper(), sys.executable, "-m", "autograder.forkserver", str(theirs.fileno())],
+            [*namespaces_prefix, sys.executable, "-m", "autograder.forkserver", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True)  # Ctrl-C reaches the runner only, as for children
         theirs.close()

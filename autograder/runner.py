@@ -207,7 +207,7 @@ def run_child(notebook: Path, lesson: str, checks: list[Check], settings: Settin
                 else None
             if proc is None:
                 proc = subprocess.Popen(
-                    [*sandbox.network_wrapper(), sys.executable, "-m", "autograder.child", *argv, str(write_end)],
+                    [*namespaces_of(settings).prefix(), sys.executable, "-m", "autograder.child", *argv, str(write_end)],
                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env,
                     pass_fds=(write_end,), preexec_fn=sandbox.preexec(limits, address_space_limit=not settings.gpus))
                 try:
@@ -236,13 +236,20 @@ def child_env(settings: Settings, gpu: str | None) -> dict[str, str]:
     threads = str(settings.limits.threads)
     env = course_env(MPLBACKEND="Agg", PYTHONHASHSEED="0", MEMFIT_THREADS=threads, OMP_NUM_THREADS=threads,
                      MEMFIT_CELL_TIMEOUT_S=str(settings.cell_timeout_s), MEMFIT_GRADES_DIR=str(settings.out_dir.resolve()))
-    if sandbox.network_wrapper():  # only loopback exists in the child's namespace: gloo must not pick the hostname's NIC
+    if namespaces_of(settings).network:  # only loopback exists in the child's namespace: gloo must not pick the hostname's NIC
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     if settings.limits.gpu_fraction:
         env["MEMFIT_GPU_FRACTION"] = str(settings.limits.gpu_fraction)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     return env
+
+
+def namespaces_of(settings: Settings) -> sandbox.Namespaces:
+    """The OS isolation of this run's children, probed once per grades folder (which must exist to be bound
+    read-only: it is made now, a little before the first gradebook is written into it)."""
+    settings.out_dir.mkdir(parents=True, exist_ok=True)
+    return sandbox.namespaces(str(settings.out_dir.resolve()))
 
 
 _SERVERS: dict[int, ForkServer] = {}  # worker thread -> its fork server
@@ -256,7 +263,7 @@ def _fork(argv, env, cwd, limits, settings, key, log_fd, result_fd) -> ForkedChi
             server = _SERVERS.get(threading.get_ident())
         try:
             if server is None:
-                server = ForkServer(child_env(settings, None))
+                server = ForkServer(child_env(settings, None), namespaces_of(settings).prefix())
                 with _SERVERS_LOCK:
                     _SERVERS[threading.get_ident()] = server
             return server.spawn(argv, env, cwd, limits, not settings.gpus, key, log_fd, result_fd)

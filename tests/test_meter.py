@@ -153,3 +153,14 @@ def test_a_reused_cached_block_does_not_count_against_the_call():
     assert report.peak_bytes == n and report.kept_bytes == 0, report
     _, report = measure_peak(lambda: torch.empty(1000, device="cuda") * 2, device="cuda", warmup=False)
     assert report.peak_bytes == 8000 and report.kept_bytes == 0, report  # not 2 x 4,096: requests, not blocks
+
+
+def test_the_guarded_reset_functions_hand_out_no_unguarded_one():
+    """A guard made with functools.wraps would keep the original in __wrapped__: saved at load time, it would reset
+    the meter during a measurement without reassigning anything."""
+    from memfit.meter import _RESET_FUNCTIONS, install_reset_guards
+    install_reset_guards()
+    for module, name in _RESET_FUNCTIONS:
+        guard = getattr(module, name, None)
+        if guard is not None:
+            assert getattr(guard, "__memfit_guard__", False) and not hasattr(guard, "__wrapped__"), name

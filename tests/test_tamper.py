@@ -5,12 +5,15 @@ wrong answer to profit, it carries one (scaled_add returning garbage), so a grad
 would award the points; the frame attack is also shown to pass the check when the guard is absent."""
 import copy
 import json
+import os
 import socket
 import threading
 
 import pytest
 
+from autograder import sandbox
 from autograder.checks import first_kernel as checks
+from course import ROOT
 from tests.test_grading import LESSON, cell_index, code_cell, load, rows_by, run_grader, with_source
 
 pytestmark = pytest.mark.xdist_group("tamper")  # its module fixtures are built once, on one worker
@@ -109,6 +112,11 @@ PATCHES_AT_LOAD = {
     "patches_grader_code": "import autograder.checks.first_kernel as c\n"
                            "c._check_one.__code__ = (lambda scaled_add, n, dtype, device, seed: None).__code__\n",
     "patches_grader_data": "import autograder.checks.first_kernel as c\nc.BYTES_CASES['hidden'].clear()\n",
+    "replaces_with_a_builtin": "import torch.testing\ntorch.testing.assert_close = print\n",
+    "shadows_a_tensor_method": "import torch\ntorch.Tensor.equal = lambda self, other: True\n",
+    # PyTorch's own reset, taken from under the meter's guard: library code, but the grader's patch is gone
+    "unwraps_the_meter_guard": "import torch\nfor _n in ('reset_peak_memory_stats', 'reset_max_memory_allocated'):\n"
+                               "    setattr(torch.cuda, _n, getattr(getattr(torch.cuda, _n), '__wrapped__', print))\n",
 }
 
 PATCHES_DURING_CALL = """
@@ -148,6 +156,15 @@ for _fd in range(3, 40):
     except OSError:
         pass
 os._exit(0)
+"""
+
+WRITES_THE_COURSE = """
+import math, pathlib, subprocess, sys, torch
+import autograder
+def bytes_of(shape, dtype):  # a process the notebook starts carries no in-process guard: only the OS stops it
+    subprocess.run([sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('x')", str(pathlib.Path(
+        autograder.__file__).parent.parent / "PROBE_NAME")], check=False)
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
 """
 
 NETWORK = """
@@ -198,6 +215,9 @@ def attacks(tmp_path_factory):
     relabelled["cells"][cell_index(relabelled, "bytes_of")]["metadata"]["nbgrader"].update(grade=False, solution=True)
     notebooks["relabels_test_cell"] = relabelled
     notebooks["forges_results"] = _append(stub, FORGES_RESULTS)
+    probe = ROOT / f".tamper-probe-{os.getpid()}"
+    notebooks["writes_the_course"] = _replace(solution, "bytes_of_solution",
+                                              WRITES_THE_COURSE.replace("PROBE_NAME", probe.name))
 
     server, address = None, _external_address()
     if address:
@@ -214,7 +234,9 @@ def attacks(tmp_path_factory):
                       MEMFIT_CELL_TIMEOUT_S="20")
     if server:
         server.close()
-    return proc, out, set(notebooks)
+    written = probe.exists()
+    probe.unlink(missing_ok=True)
+    return proc, out, set(notebooks), written
 
 
 def _points(out, student):
@@ -279,6 +301,30 @@ def test_graded_code_has_no_network(attacks):
         pytest.skip("this machine has no non-loopback address to try")
     row = rows_by(attacks[1], "network")["bytes_of"]
     assert row["points"] == "0" and row["status"] == "error", row
+
+
+def test_graded_code_cannot_write_the_course(attacks):
+    """Where the machine allows a mount namespace, the course is read-only for the notebook and what it starts."""
+    if not sandbox.namespaces(str(attacks[1].resolve())).read_only:
+        pytest.skip("this machine allows no mount namespace: the course is writable by the grading user")
+    assert not attacks[3], "a process the notebook started wrote into the course folder"
+    assert rows_by(attacks[1], "writes_the_course")["bytes_of"]["status"] == "passed"  # it only failed to write
+
+
+def test_a_library_wrapping_its_own_function_is_not_a_change(monkeypatch):
+    """PyTorch may wrap its functions lazily in any release (torch._dynamo does): library code around the library's
+    function is never a change, whatever it wraps; a notebook's function in the same place is."""
+    import functools
+    import torch
+    import torch._dynamo
+    before = sandbox.snapshot()
+    seed = torch.manual_seed
+    monkeypatch.setattr(torch, "manual_seed", torch._dynamo.disable(seed))
+    monkeypatch.setattr(torch, "allclose", functools.lru_cache(torch.allclose))
+    assert sandbox.changes(before) == []
+    monkeypatch.setattr(torch, "manual_seed", functools.wraps(seed)(lambda *a, **k: None))
+    monkeypatch.setattr(torch.testing, "assert_close", torch._dynamo.disable(lambda *a, **k: None))
+    assert sorted(sandbox.changes(before)) == ["torch.manual_seed", "torch.testing.assert_close"]
 
 
 def test_unchanged_checks_of_attackers_still_grade(attacks):
