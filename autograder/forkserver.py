@@ -26,6 +26,7 @@ import subprocess
 import sys
 
 from autograder import sandbox
+from course.processes import kill_tree
 from memfit.rank_server import MAX_MESSAGE, fork_and_run, receive
 
 
@@ -90,7 +91,7 @@ class ForkServer:
             child.returncode = reply["code"]
 
     def close(self) -> None:
-        sandbox.kill_tree(self.proc.pid)
+        kill_tree(self.proc.pid)
         self.proc.wait()
         self.sock.close()
 

@@ -29,6 +29,7 @@ from autograder.checks import Check, checks_for, time_limit
 from autograder.forkserver import ForkedChild, ForkServer, ForkServerError
 from autograder.child import EXIT_CUDA_ERROR, verify
 from autograder.gradebook import Row
+from course.processes import kill_tree, process_tree, resident_bytes
 from memfit.notebook import LESSON_NAME, NotebookError, lesson_of, read_notebook
 
 FORK_SERVER_ENV = "MEMFIT_FORK_SERVER"  # "0": start every child with a fresh interpreter (as on a GPU machine)
@@ -170,7 +171,7 @@ def _stop_everything() -> None:
 def _kill_descendants() -> None:
     """Every process this run started, whatever it is doing (a fork server still importing torch, a reference
     computation): each wait on one of them then ends at once."""
-    for pid in sandbox.process_tree(os.getpid()):
+    for pid in process_tree(os.getpid()):
         if pid != os.getpid():
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -179,7 +180,7 @@ def _kill_descendants() -> None:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    sandbox.kill_tree(proc.pid)
+    kill_tree(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -354,7 +355,7 @@ def _watch(proc, fd, key, checks, settings, results, on_result) -> Stop | None:
                                          f"stopped after {settings.cell_timeout_s:g} s, and the imports)")
         if memory and now >= next_memory_poll:
             next_memory_poll = now + 1.0
-            used = sandbox.resident_bytes(proc.pid)
+            used = resident_bytes(proc.pid)
             if used > memory:
                 _kill(proc)
                 return Stop(_running(checks, results, started), "error",

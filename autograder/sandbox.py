@@ -3,8 +3,8 @@ instructor reads; this module is the mechanism.
 
 The parent's side (autograder.runner), enforced by the OS: `preexec` (a new session, RLIMIT_CPU / RLIMIT_AS /
 RLIMIT_CORE), `namespaces` (probed once: a network namespace with loopback only, and a mount namespace in which the
-course and the grades folder are read-only, as far as the machine allows them), `resident_bytes` and `kill_tree`
-(the memory watchdog and the kill of everything a child started).
+course and the grades folder are read-only, as far as the machine allows them); the runner watches and kills a
+child's whole process tree with course.processes.
 
 The child's side (autograder.child's STARTUP), installed after the grader has imported what it needs and before the
 notebook runs: `install_guards` (an audit hook: the grader's files, non-loopback sockets, and frame / heap / tracer
@@ -147,54 +147,6 @@ def namespaces(grades_dir: str) -> Namespaces:
         if (candidate.network or candidate.read_only) and _works(candidate):
             return candidate
     return Namespaces()
-
-
-def _processes() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, session id) of every process, from /proc."""
-    table = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                table[int(entry.name)] = (int(fields[1]), int(fields[3]))
-            except (OSError, IndexError, ValueError):
-                continue
-    return table
-
-
-def process_tree(root: int) -> list[int]:
-    """The child and everything it started: its session, and descendants that started sessions of their own
-    (lesson 03's ranks do)."""
-    table = _processes()
-    tree = {pid for pid, (_, session) in table.items() if session == root} | {root}
-    grew = True
-    while grew:
-        more = {pid for pid, (parent, _) in table.items() if parent in tree and pid not in tree}
-        tree |= more
-        grew = bool(more)
-    return sorted(tree)
-
-
-def resident_bytes(root: int) -> int:
-    """Resident memory of the child's process tree."""
-    total, page = 0, os.sysconf("SC_PAGE_SIZE")
-    for pid in process_tree(root):
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
-
-
-def kill_tree(root: int) -> None:
-    """SIGKILL the child's process tree (its session, and descendants in sessions of their own)."""
-    for pid in process_tree(root):
-        try:
-            os.kill(pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # ================================================================================= the child's side

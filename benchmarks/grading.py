@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from course import ROOT, course_env
-from autograder.sandbox import kill_tree
+from course.processes import kill_tree
 
 RESULTS = ROOT / "benchmarks" / "results"
 

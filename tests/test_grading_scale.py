@@ -11,7 +11,7 @@ import time
 import pytest
 
 from course import ROOT, course_env
-from autograder.sandbox import kill_tree
+from course.processes import kill_tree
 from tests.test_grading import run_grader
 
 pytestmark = pytest.mark.xdist_group("grading_scale")  # its module fixtures are built once, on one worker
@@ -114,7 +114,7 @@ def test_ctrl_c_stops_every_grading_process_and_loses_nothing(submissions, unint
     """An instructor's Ctrl-C (SIGINT to the grader alone: its children run in sessions of their own) stops the
     children too, records no half-graded notebook, and a restart completes the same gradebook."""
     import signal
-    from autograder.sandbox import process_tree
+    from course.processes import process_tree
     subs, release = with_a_waiting_student(submissions, tmp_path)
     out = tmp_path / "grades"
     proc = subprocess.Popen([sys.executable, "-m", "autograder", "--submissions", str(subs), "--workers", "2",

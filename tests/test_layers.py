@@ -18,7 +18,6 @@ LAYER = {"memfit": 0, "memfit.from_lessons": 1, "course": 2, "autograder": 3, "b
 # not listed and on a listed one that is gone, so the list can only shrink.
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 KNOWN_SIDEWAYS = {
-    ("benchmarks.grading", "autograder.sandbox"): "the grading benchmark kills its grader with kill_tree",
     ("slides.figures.01_model_states", "autograder.checks"): "the deck quotes the check's cases",
     ("slides.figures.01_model_states", "autograder.checks.model_states"): "the deck quotes the check's cases",
     ("slides.figures.02_activations", "autograder.checks.activations"): "the deck quotes the check's cases",
