@@ -1,8 +1,9 @@
-"""The course layer: where the course's files are, and what every tool above the library shares (the environment
-of a process that imports the course, loading a notebook's graded code as a module: course.notebook_loader).
+"""The course layer: where the course's files are and what every package above the library shares: the environment
+of a process that imports the course, the lessons (course.lessons), what grading adds to loading a notebook
+(course.notebook_loader), a process and everything it started (course.processes).
 
 It sits between memfit (the library learners import, which imports nothing above it) and the grader, the
-benchmarks, the decks and the tools, which import it and not each other. ARCHITECTURE.md draws the layers."""
+benchmarks, the decks and the tools. ARCHITECTURE.md draws the layers."""
 import os
 from pathlib import Path
 
