@@ -137,7 +137,8 @@ def inspect_deck(html: Path, screenshots: Path | None = None) -> Report:
             sections: document.querySelectorAll('.slides > section').length,
             size: [Reveal.getConfig().width, Reveal.getConfig().height],
             fonts: [...document.fonts].filter(f => f.status === 'error').map(f => f.family),
-            images: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.getAttribute('src')),
+            images: [...document.images].filter(i => !i.complete || i.naturalWidth === 0)
+                .map(i => i.getAttribute('src')),
             katex: [...document.querySelectorAll('.katex-error')].map(e => e.textContent),
         })""")
         report.slides = state["total"]

@@ -1,8 +1,9 @@
 """make slides: every deck under slides/decks/ -> slides/build/<deck>.html and <deck>.pdf, offline.
 
 For each deck: import slides/figures/<deck>.py (its companion: the names the deck's {{ expressions }} use, and its
-figures, from the course's code and recorded results), substitute and render the Markdown, render the math with KaTeX (node, at build time), write the HTML next to a
-local copy of reveal.js and KaTeX (build/vendor/), then print it to PDF in headless Chromium, one page per slide.
+figures, from the course's code and recorded results), substitute and render the Markdown, render the math with
+KaTeX (node, at build time), write the HTML next to a local copy of reveal.js and KaTeX (build/vendor/), then print
+it to PDF in headless Chromium, one page per slide.
 """
 from __future__ import annotations
 

@@ -49,7 +49,8 @@ class Deck:
 # {{ expr }} or {{ expr | format spec }}: the spec is what follows the last ` | ` (a format spec holds no `|`)
 EXPRESSION = re.compile(r"\{\{\s*(.+?)(?:\s+\|\s*([^|{}]*?))?\s*\}\}", re.S)
 FIGURE = re.compile(r"!\[([^\]]*)\]\(fig:([A-Za-z_][A-Za-z0-9_]*)\)")
-# $$...$$ first (display), then $...$ (inline: no space after the opening or before the closing $, so "$5 and $6" is text)
+# $$...$$ first (display), then $...$ (inline: no space after the opening or before the closing $, so "$5 and $6" is
+# text)
 MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?=\S)(.+?)(?<=\S)(?<!\\)\$(?!\d)", re.S)
 SEPARATOR = re.compile(r"^---[ \t]*$", re.M)
 NOTES = re.compile(r"^Note:[ \t]*$", re.M)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import matplotlib.patches as patches
 import torch
 
 import memfit
 from memfit.hardware import KNOWN_GPUS, KiB, config, profile_for
-from slides.figures import COLORS, dtype_name, figure, gb, gib, kib, lesson, markdown_table, measured_on, record, source
+from slides.figures import (COLORS, canvas, dtype_name, figure, gb, gib, kib, lanes, lesson, limit,  # noqa: F401
+                            markdown_table, measured_on, record, source)
 
 
 ref = lesson("00_first_kernel")
@@ -52,22 +52,15 @@ def fig_masked_blocks():
     """n = 17 elements with BLOCK = 8: three programs, the last one masked past n."""
     n, block = 17, 8
     programs = -(-n // block)
-    fig, ax = figure(figsize=(10, 2.6))
-    ax.grid(False)
-    for i in range(programs * block):
-        inside = i < n
-        color = [COLORS["params"], COLORS["grads"], COLORS["optimizer"]][i // block]
-        ax.add_patch(patches.Rectangle((i, 0), 0.92, 1, facecolor=color if inside else "white",
-                                       edgecolor=color, hatch=None if inside else "//", alpha=0.85 if inside else 1))
-        ax.text(i + 0.46, 0.5, str(i), ha="center", va="center", fontsize=11, color="white" if inside else color)
+    fig, ax = canvas(figsize=(10, 2.6))
+    colors = [COLORS["params"], COLORS["grads"], COLORS["optimizer"]]
+    lanes(ax, [colors[i // block] for i in range(programs * block)], n, fontsize=11)
     for p in range(programs):
         ax.annotate(f"program {p}: offsets {p * block}…{p * block + block - 1}", (p * block + block / 2, 1.15),
                     ha="center", fontsize=13)
-    ax.annotate(f"mask = offsets < n  (n = {n}): {programs * block - n} lanes off", (n + (programs * block - n) / 2, -0.45),
-                ha="center", fontsize=13, color=COLORS["activations"])
-    ax.set_xlim(-0.3, programs * block + 0.3)
-    ax.set_ylim(-0.8, 1.6)
-    ax.axis("off")
+    ax.annotate(f"mask = offsets < n  (n = {n}): {programs * block - n} lanes off",
+                (n + (programs * block - n) / 2, -0.45), ha="center", fontsize=13, color=COLORS["activations"])
+    ax.set(xlim=(-0.3, programs * block + 0.3), ylim=(-0.8, 1.6))
     return fig
 
 
@@ -78,9 +71,7 @@ def fig_bandwidth():
     names = [r["impl"].replace(" (Triton)", "\n(Triton)").replace("eager ", "eager\n") for r in rows]
     colors = [COLORS["ours"] if r["impl"].startswith("reference") else COLORS["peer"] for r in rows]
     ax.barh(names, [r["tbps"] for r in rows], color=colors)
-    ax.axvline(table["copy_ceiling_tbps"], color=COLORS["activations"], ls="--")
-    ax.text(table["copy_ceiling_tbps"], len(rows) - 0.4, " copy ceiling", color=COLORS["activations"], va="center")
+    limit(ax, table["copy_ceiling_tbps"], " copy ceiling", (table["copy_ceiling_tbps"], len(rows) - 0.4), va="center")
     ax.invert_yaxis()
-    ax.set_xlabel("TB/s moved (read x, read y, write out), fp32, 1 GiB per tensor")
-    ax.set_title(bench["device"])
+    ax.set(xlabel="TB/s moved (read x, read y, write out), fp32, 1 GiB per tensor", title=bench["device"])
     return fig

@@ -1,6 +1,7 @@
 """What a deck shows: slides/figures/<deck>.py, the deck's companion, is the namespace of its {{ expressions }} and
-gives fig_NAME() (a matplotlib Figure for fig:NAME). Both compute from the course's own code (memfit, memfit.from_lessons: the
-lessons' reference solutions) or read a recorded run under benchmarks/results/ through record(); nothing is typed in.
+gives fig_NAME() (a matplotlib Figure for fig:NAME). Both compute from the course's own code (memfit,
+memfit.from_lessons: the lessons' reference solutions) or read a recorded run under benchmarks/results/ through
+record(); nothing is typed in. The chart helpers (stacked, lanes, arrow, canvas) draw the shapes several decks share.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.patches as patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -28,6 +30,51 @@ def figure(**kwargs):
     """plt.subplots in the decks' style: fig, ax (or axes)."""
     with plt.rc_context(STYLE):
         return plt.subplots(**kwargs)
+
+
+def canvas(**kwargs):
+    """figure() for a diagram: no axes, no grid."""
+    fig, ax = figure(**kwargs)
+    ax.grid(False)
+    ax.axis("off")
+    return fig, ax
+
+
+def limit(ax, value: float, text: str, xy: tuple, vertical: bool = True, color: str = COLORS["activations"],
+          ls: str = "--", lw: float | None = None, **text_kwargs):
+    """A line at a limit (a card's memory, a ceiling), vertical or horizontal, with its label at xy in its colour."""
+    width = {} if lw is None else {"lw": lw}
+    (ax.axvline if vertical else ax.axhline)(value, color=color, ls=ls, **width)
+    ax.text(*xy, text, color=color, **text_kwargs)
+
+
+def arrow(ax, tail, head, color="#333", lw=2, style="-|>", **props):
+    """An arrow from tail to head, in data coordinates."""
+    ax.annotate("", xy=head, xytext=tail, arrowprops=dict(arrowstyle=style, lw=lw, color=color, **props))
+
+
+def lanes(ax, colors: list[str], n: int, fontsize: float, lw: float | None = None, pad: str | None = None,
+          first: int = 0):
+    """A row of cells first, first + 1, ... in the given colors (one per cell): those from n on are padding or
+    masked lanes, white and hatched, labelled `pad` (their index if None)."""
+    for i, color in enumerate(colors, start=first):
+        inside = i < n
+        ax.add_patch(patches.Rectangle((i, 0), 0.92, 1, facecolor=color if inside else "white", edgecolor=color,
+                                       hatch=None if inside else "//", alpha=0.85 if inside else 1, lw=lw))
+        ax.text(i + 0.46, 0.5, str(i) if inside or pad is None else pad, ha="center", va="center",
+                fontsize=fontsize, color="white" if inside else color)
+
+
+def stacked(ax, at, parts, horizontal: bool = False, **kwargs) -> list[float]:
+    """Bars at `at`, stacked from parts = [(values, color, label)], the first at the bottom (left); the totals."""
+    base = [0.0] * len(at)
+    for values, color, label in parts:
+        if horizontal:
+            ax.barh(at, values, left=base, color=color, label=label, **kwargs)
+        else:
+            ax.bar(at, values, bottom=base, color=color, label=label, **kwargs)
+        base = [b + v for b, v in zip(base, values)]
+    return base
 
 
 @functools.cache
@@ -50,10 +97,19 @@ def record(name: str, file: str = "") -> dict:
     return {**run, "path": f"benchmarks/results/{filename}", name: body}
 
 
+def log_record(key: str) -> dict:
+    """A text log's facts, read by key from its JSON companion (python -m slides.log_records), with the run's device,
+    versions and date, and the log's path."""
+    rec = record(key)
+    run = {k: rec[k] for k in ("device", "torch", "triton", "date") if k in rec}
+    return {**rec[key], **run, "path": rec["log"]}
+
+
 def source(rec: dict) -> str:
     """The line under a measured figure: device, versions, date and the record's path (a text log's JSON companion
     names the log it was read from: python -m slides.log_records)."""
-    return f"{rec['device']}, torch {rec['torch']}, triton {rec['triton']}, {rec['date']}: {rec.get('log', rec['path'])}"
+    where = rec.get("log", rec["path"])
+    return f"{rec['device']}, torch {rec['torch']}, triton {rec['triton']}, {rec['date']}: {where}"
 
 
 def gib(n_bytes: float, digits: int = 1) -> str:
@@ -66,6 +122,10 @@ def kib(n_bytes: float, digits: int = 0) -> str:
 
 def mib(n_bytes: float, digits: int = 1) -> str:
     return f"{n_bytes / 2**20:,.{digits}f} MiB"
+
+
+def pct(x: float, digits: int = 1) -> str:
+    return f"{100 * x:.{digits}f}%"
 
 
 def dtype_name(dtype) -> str:

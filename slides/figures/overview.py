@@ -3,33 +3,28 @@ the map of which lesson cuts which part (each cut computed with that lesson's fo
 points from the grader, and three recorded headline measurements."""
 from __future__ import annotations
 
-import functools
 import importlib
 from pathlib import Path
 
-from slides.figures import COLORS, figure, gb, gib, markdown_table, record, source
+import matplotlib.pyplot as plt
+
+from memfit.from_lessons.activations import activation_bytes, predict_peak
+from memfit.from_lessons.model_states import count_params, state_bytes
+from memfit.from_lessons.quantization import QK
+from memfit.from_lessons.zero import zero_bytes_per_rank
+from memfit.gpt import LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_1_405B
+from memfit.plots import stacked_peak_chart
+from slides.figures import COLORS, figure, gb, gib, limit, markdown_table, record, source  # noqa: F401
 
 SEQ, BATCH, GPUS = 8192, 1, 8
 PARTS = ("params", "grads", "optimizer", "activations", "temporaries")
 PART_COLORS = {**{p: COLORS[p] for p in ("params", "grads", "optimizer", "activations")},
                "temporaries": COLORS["neutral"]}
+cfg, n = LLAMA_3_1_8B, count_params(LLAMA_3_1_8B)
 
 
-@functools.cache
-def _model():
-    from memfit.from_lessons.model_states import count_params
-    from memfit.gpt import LLAMA_3_1_8B
-    return LLAMA_3_1_8B, count_params(LLAMA_3_1_8B)
-
-
-@functools.cache
 def _cuts() -> list[tuple[str, str, str, int, int]]:
     """(lesson, technique, what it cuts, bytes before, bytes after) for Llama-3.1-8B at 1 x 8192 tokens."""
-    from memfit.from_lessons.activations import activation_bytes
-    from memfit.from_lessons.model_states import state_bytes
-    from memfit.from_lessons.zero import zero_bytes_per_rank
-    from memfit.from_lessons.quantization import QK
-    cfg, n = _model()
     T = BATCH * SEQ
     mixed = sum(state_bytes(n, "mixed", "adamw").values())
     pure_bf16 = sum(state_bytes(n, "bf16", "adamw").values())
@@ -66,12 +61,33 @@ def _points() -> list[tuple[str, str, float, int]]:
     return rows
 
 
+# ---------------------------------------------------------------- what the deck quotes ({{ name }} in its Markdown)
+
+recipes = [("fp32", "fp32 weights, grads, Adam"), ("amp", "autocast: fp32 weights, bf16 compute"),
+           ("mixed", "bf16 weights + grads, fp32 master + Adam"), ("bf16", "pure bf16")]
+recipe_rows = []
+for precision, what in recipes:
+    total = sum(state_bytes(n, precision, "adamw").values())
+    recipe_rows.append([f"`{precision}`", what, f"{total / n:.0f}", gb(total)])
+recipes_table = markdown_table(["recipe", "what is kept", "B/param", "Llama-3.1-8B"], recipe_rows)
+peak = predict_peak(cfg, BATCH, SEQ, "amp", "adamw", "none")
+cuts = _cuts()
+cut_rows = [[lesson, technique, cut, _size(before), _size(after), f"{before / after:,.0f}×"]
+            for lesson, technique, cut, before, after in cuts]
+points = _points()
+lessons_table = markdown_table(["#", "lesson", "points", "checks"], [[a, b, f"{c:g}", d] for a, b, c, d in points])
+first = record("first_kernel", file="h100")
+ours = next(r for r in first["first_kernel"]["rows"] if r["impl"].startswith("reference"))
+acts = record("activations")
+flce = record("fused_linear_ce")
+gemma = {r["contender"]: r for r in flce["fused_linear_ce"]["rows"] if r["head"] == "Gemma-2-2B"}
+
+
+# ------------------------------------------------------------------------------------------------- figures
+
 def fig_step_picture():
     """Llama-3.1-8B, one training step at 1 x 8192 tokens (amp, AdamW): the predicted peak by part,
     against the memory of a T4 and of an H100."""
-    from memfit.from_lessons.activations import predict_peak
-    cfg, _ = _model()
-    peak = predict_peak(cfg, BATCH, SEQ, "amp", "adamw", "none")
     fig, ax = figure(figsize=(10, 3.4))
     left = 0.0
     for part in PARTS:
@@ -81,22 +97,16 @@ def fig_step_picture():
             ax.text(left + width / 2, 0, f"{'temp.' if part == 'temporaries' else part}\n{width:.0f} GiB",
                     ha="center", va="center", color="white", fontsize=13)
         left += width
-    for name, limit in (("T4: 15 GiB", 15), ("H100: 80 GiB", 80)):
-        ax.axvline(limit, color=COLORS["activations"], ls="--")
-        ax.text(limit + 1, 0.45, name, color=COLORS["activations"], fontsize=13)
-    ax.set_yticks([])
-    ax.set_ylim(-0.5, 0.7)
-    ax.set_xlabel(f"GiB at the step's peak ({peak['moment']}), predicted by lesson 02's predict_peak")
+    for name, at in (("T4: 15 GiB", 15), ("H100: 80 GiB", 80)):
+        limit(ax, at, name, (at + 1, 0.45), fontsize=13)
+    ax.set(yticks=[], ylim=(-0.5, 0.7),
+           xlabel=f"GiB at the step's peak ({peak['moment']}), predicted by lesson 02's predict_peak")
     ax.grid(axis="y", visible=False)
     return fig
 
 
 def fig_context():
     """Lesson 02's own chart: the predicted peak of 8B, 70B and 405B against sequence length."""
-    from memfit.from_lessons.activations import predict_peak
-    from memfit.gpt import LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_1_405B
-    from memfit.plots import stacked_peak_chart
-    import matplotlib.pyplot as plt
     with plt.rc_context({"font.size": 13}):
         return stacked_peak_chart(predict_peak, [LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_1_405B],
                                   seqs=[1024, 4096, 16384, 65536])
@@ -104,41 +114,13 @@ def fig_context():
 
 def fig_cuts():
     """Each lesson's cut for Llama-3.1-8B, before and after, on a log scale."""
-    rows = _cuts()
     fig, ax = figure(figsize=(9.5, 4.6))
-    labels = [f"{lesson} {technique}" for lesson, technique, *_ in rows]
-    ys = range(len(rows))
-    ax.barh([y + 0.2 for y in ys], [r[3] / 1e9 for r in rows], 0.4, color=COLORS["neutral"], label="before")
-    ax.barh([y - 0.2 for y in ys], [r[4] / 1e9 for r in rows], 0.4, color=COLORS["ours"], label="after")
-    ax.set_yticks(list(ys), labels)
+    ys = range(len(cuts))
+    ax.barh([y + 0.2 for y in ys], [r[3] / 1e9 for r in cuts], 0.4, color=COLORS["neutral"], label="before")
+    ax.barh([y - 0.2 for y in ys], [r[4] / 1e9 for r in cuts], 0.4, color=COLORS["ours"], label="after")
+    ax.set_yticks(list(ys), [f"{lesson} {technique}" for lesson, technique, *_ in cuts])
     ax.set_xscale("log")
     ax.invert_yaxis()
     ax.set_xlabel(f"GB, Llama-3.1-8B, {BATCH} x {SEQ:,} tokens")
     ax.legend(loc="lower right")
     return fig
-
-
-# ---------------------------------------------------------------- what the deck quotes ({{ name }} in its Markdown)
-
-from memfit.from_lessons.activations import predict_peak
-from memfit.from_lessons.model_states import state_bytes
-cfg, n = _model()
-recipes = [("fp32", "fp32 weights, grads, Adam"), ("amp", "autocast: fp32 weights, bf16 compute"),
-           ("mixed", "bf16 weights + grads, fp32 master + Adam"), ("bf16", "pure bf16")]
-recipe_rows = []
-for precision, what in recipes:
-    s = state_bytes(n, precision, "adamw")
-    total = sum(s.values())
-    recipe_rows.append([f"`{precision}`", what, f"{total / n:.0f}", gb(total)])
-peak = predict_peak(cfg, BATCH, SEQ, "amp", "adamw", "none")
-cut_rows = [[lesson, technique, cut, _size(before), _size(after), f"{before / after:,.0f}×"]
-            for lesson, technique, cut, before, after in _cuts()]
-points = _points()
-first = record("first_kernel", file="h100")
-ours = next(r for r in first["first_kernel"]["rows"] if r["impl"].startswith("reference"))
-acts = record("activations")
-flce = record("fused_linear_ce")
-gemma = {r["contender"]: r for r in flce["fused_linear_ce"]["rows"] if r["head"] == "Gemma-2-2B"}
-recipes_table = markdown_table(["recipe", "what is kept", "B/param", "Llama-3.1-8B"], recipe_rows)
-lessons_table = markdown_table(["#", "lesson", "points", "checks"],
-                                        [[a, b, f"{c:g}", d] for a, b, c, d in points])
