@@ -1,5 +1,5 @@
-"""Lesson 03: the checks pass the reference, reject each mutant with a message a learner can act on,
-accept right alternatives, and report stubs as not implemented. Also pins the figures the lesson
+"""Lesson 03: the checks pass the reference, count what a rank keeps, and report stubs as not implemented (the
+registry's mutants and alternatives run in tests/test_registry_entries.py). Also pins the figures the lesson
 reproduces (the ZeRO paper's 120/31.4/16.6/1.9 GB, DeepSpeed's 5.70/179.49/18.78 GiB)."""
 import pytest
 
@@ -49,64 +49,11 @@ def test_messages_write_counts_with_thousands_separators():
     assert ref.comm_bytes_per_rank(3, 1024, 8) * 2 == ref.comm_bytes_per_rank(2, 1024, 8) * 3  # 3Ψ against 2Ψ
 
 
-@pytest.mark.parametrize("wrong, message", [
-    (mutants.shard_bounds_floor, "ceil"),
-    (mutants.shard_bounds_off_by_one, "expected"),
-])
-def test_shard_bounds_mutants_fail(wrong, message):
-    with pytest.raises(CheckFailed, match=message):
-        checks.check_shard_bounds(wrong, cases="all")
-
-
-def test_shard_bounds_alternative_passes():
-    checks.check_shard_bounds(mutants.shard_bounds_with_math, cases="all")
-
-
-@pytest.mark.parametrize("wrong, check, message", [
-    (mutants.ZeroSumsWithoutDividing, checks.check_zero_adamw, "unsharded AdamW gives"),
-    (mutants.ZeroStage1AllReduces, checks.check_zero_adamw, "stage 1, .*: a step sent .* through collectives"),
-    (mutants.ZeroGatherIgnoresOut, checks.check_zero_adamw, "stage 3"),
-    (mutants.ZeroAcceptsAnyStage, checks.check_zero_adamw, "raise ValueError"),
-    (mutants.ZeroStage2KeepsFullGradient, checks.check_zero_memory, "more than the stage allows survive"),
-    (mutants.ZeroForgetsMasterInBuffers, checks.check_zero_memory, "master copy"),
-])
-def test_zero_adamw_mutants_fail(wrong, check, message):
-    with pytest.raises(CheckFailed, match=message):
-        check(wrong, cases="visible")
-
-
-def test_zero_adamw_alternative_passes():
-    checks.check_zero_adamw(mutants.ZeroForeachAdamW, cases="visible")
-    checks.check_zero_memory(mutants.ZeroForeachAdamW, cases="visible")
-
-
-def test_gloo_check_rejects_wrong_optimizer_and_wrong_formula():
-    with pytest.raises(CheckFailed, match="differ from unsharded AdamW"):
-        checks.check_zero_on_gloo(mutants.ZeroSumsWithoutDividing, ref.zero_bytes_per_rank)
-    with pytest.raises(CheckFailed, match="your zero_bytes_per_rank predicts"):
-        checks.check_zero_on_gloo(ref.ZeroAdamW, mutants.zero_bytes_stage2_shards_params, cases="hidden")
-
-
 def test_gloo_check_counts_what_a_rank_keeps():
     """The measured bytes at rest decide, not only the formula: a ZeRO-2 that keeps its full gradient
     fails (and a reference rank's bookkeeping, such as a barrier's tensor, must not count against it)."""
     with pytest.raises(CheckFailed, match="stage 2, .*rank 0: .* bytes alive after a step \\(measured\\)"):
         checks.check_zero_on_gloo(mutants.ZeroStage2KeepsFullGradient, ref.zero_bytes_per_rank, cases="hidden")
-
-
-@pytest.mark.parametrize("wrong, check, cases", [
-    (mutants.zero_bytes_unpadded, checks.check_zero_bytes_per_rank, "hidden"),
-    (mutants.zero_bytes_stage2_shards_params, checks.check_zero_bytes_per_rank, "visible"),
-    (mutants.comm_bytes_stage3_gathers_once, checks.check_comm_bytes_per_rank, "visible"),
-    (mutants.comm_bytes_whole_vectors, checks.check_comm_bytes_per_rank, "visible"),
-    (mutants.estimate_16_bytes_without_offload, checks.check_deepspeed_estimate, "visible"),
-    (mutants.estimate_without_buffer_factor, checks.check_deepspeed_estimate, "visible"),
-    (mutants.timeline_without_memory_cap, checks.check_prefetch_timeline, "visible"),
-    (mutants.timeline_peak_from_depth, checks.check_prefetch_timeline, "hidden"),
-])
-def test_formula_mutants_fail(wrong, check, cases):
-    with pytest.raises(CheckFailed, match="expected|should|you returned"):
-        check(wrong, cases=cases)
 
 
 def test_stubs_are_reported_not_implemented():
