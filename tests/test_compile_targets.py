@@ -27,3 +27,13 @@ def test_a_lesson_report_compiles_the_learners_own_kernels(tmp_path):
     assert "FAIL" in stubs and "still the stub" in stubs and "[fp32]" not in stubs
     assert solution.startswith("your kernels") and "FAIL" not in solution and solution.count("ok ") == 4
     assert absent.startswith("the course's reference kernels") and absent.count("ok ") == 4
+
+
+def test_every_kernel_config_belongs_to_a_listed_kernel():
+    """memfit.hardware's KERNEL_CONFIGS and the check modules' KERNELS describe the same kernels: a config no kernel
+    uses is never compiled for the small cards, and a kernel naming no config cannot be."""
+    from memfit.hardware import KERNEL_CONFIGS
+    from tools.compile_targets import lessons_with_kernels
+    used = {spec.config for _, specs in lessons_with_kernels() for spec in specs}
+    assert not set(KERNEL_CONFIGS) - used, f"configs no KernelSpec names: {sorted(set(KERNEL_CONFIGS) - used)}"
+    assert not used - set(KERNEL_CONFIGS), f"KernelSpecs naming no config: {sorted(used - set(KERNEL_CONFIGS))}"
