@@ -27,6 +27,7 @@ os.environ["MEMFIT_GRADING"] = "1"  # a skipped check raises instead of printing
 import memfit  # noqa: E402,F401  (decides TRITON_INTERPRET before any notebook imports triton)
 from memfit.runtime import cpu_share  # noqa: E402
 from autograder import sandbox  # noqa: E402
+from course.lessons import topic  # noqa: E402
 
 EXIT_CUDA_ERROR = 3  # the parent grades the remaining checks in a fresh process
 
@@ -133,7 +134,7 @@ def load_references(g: Grading) -> None:
 
 def import_lesson_reference(g: Grading) -> None:
     try:  # the checks compute their expected values with it
-        __import__(f"memfit.from_lessons.{g.lesson.split('_', 1)[1]}")
+        __import__(f"memfit.from_lessons.{topic(g.lesson)}")
     except ImportError:
         pass
 
@@ -141,7 +142,8 @@ def import_lesson_reference(g: Grading) -> None:
 def read_notebooks(g: Grading) -> None:
     """The notebook, the lesson's release (its locked cells) and its solution (what a locked cell should hold)."""
     from memfit.notebook import NotebookError, read_notebook
-    from course.notebook_loader import release_of, solution_path
+    from course.lessons import solution_path
+    from course.notebook_loader import release_of
     try:
         g.nb = read_notebook(g.notebook)
     except NotebookError as exc:

@@ -29,7 +29,7 @@ from autograder.checks import Check, checks_for, time_limit
 from autograder.forkserver import ForkedChild, ForkServer, ForkServerError
 from autograder.child import EXIT_CUDA_ERROR, verify
 from autograder.gradebook import Row
-from course.processes import kill_tree, process_tree, resident_bytes
+from course.processes import kill_tree, resident_bytes
 from memfit.notebook import LESSON_NAME, NotebookError, lesson_of, read_notebook
 
 FORK_SERVER_ENV = "MEMFIT_FORK_SERVER"  # "0": start every child with a fresh interpreter (as on a GPU machine)
@@ -165,18 +165,9 @@ def _stop_everything() -> None:
     for proc in live:
         _kill(proc)
     close_fork_servers()
-    _kill_descendants()
-
-
-def _kill_descendants() -> None:
-    """Every process this run started, whatever it is doing (a fork server still importing torch, a reference
-    computation): each wait on one of them then ends at once."""
-    for pid in process_tree(os.getpid()):
-        if pid != os.getpid():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+    # Every process this run started, whatever it is doing (a fork server still importing torch, a reference
+    # computation): each wait on one of them then ends at once.
+    kill_tree(os.getpid(), spare_root=True)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -553,7 +544,7 @@ def grade(students: dict[str, list[Path]], out_dir: Path, workers: int, backend:
         _stop_everything()
         pool.shutdown(wait=False, cancel_futures=True)
         while futures and wait_futures(futures, timeout=0.5).not_done:
-            _kill_descendants()
+            kill_tree(os.getpid(), spare_root=True)
         close_fork_servers()  # one a worker started after the interrupt, too
         print("\ninterrupted: the gradebook holds every notebook graded so far; run the same command again to "
               "grade the rest", file=sys.stderr)

@@ -30,6 +30,7 @@ import types
 from dataclasses import dataclass
 
 from course import ROOT
+from course.lessons import topic
 
 # ================================================================================ the parent's side
 
@@ -230,10 +231,9 @@ def install_guards(lesson: str, extra_blocked: list[str] = ()) -> None:
     """Block reads of the grader's files and non-loopback sockets for the rest of the process (audit hooks
     cannot be removed). Call after the grader has imported everything it needs."""
     global _installed
-    topic = lesson.split("_", 1)[1]
     _BLOCKED_PATHS[:] = [os.path.realpath(p) for p in (
-        ROOT / "autograder", ROOT / "solutions", ROOT / "memfit" / "from_lessons" / f"{topic}.py",
-        ROOT / "tests" / f"test_checks_{topic}.py", *extra_blocked)]
+        ROOT / "autograder", ROOT / "solutions", ROOT / "memfit" / "from_lessons" / f"{topic(lesson)}.py",
+        ROOT / "tests" / f"test_checks_{topic(lesson)}.py", *extra_blocked)]
     if not _installed:
         sys.addaudithook(_audit)
         _installed = True

@@ -19,10 +19,10 @@ import torch
 
 from course import ROOT, course_env
 from benchmarks.record import device_facts, record_stem
-from course.lessons import benchmark_module, lessons
+from course.lessons import benchmark_module, lessons, topic
 
 # Every lesson's benchmark there is (benchmarks/<topic>.py), in lesson order: none is registered by hand.
-LESSON_BENCHMARKS = [module.rpartition(".")[2] for module in map(benchmark_module, lessons()) if module]
+LESSON_BENCHMARKS = [topic(lesson) for lesson in lessons() if benchmark_module(lesson)]
 
 
 def grading_seconds() -> dict:

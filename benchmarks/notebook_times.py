@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from course import ROOT, course_env
+from course.lessons import lessons, solution_path
 
 NOTEBOOK_BUDGET_S = 120.0
 CELL_BUDGET_S = 30.0
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--warm", action="store_true", help="keep this machine's compiler caches")
     args = parser.parse_args(argv)
-    paths = sorted((ROOT / "solutions").glob("*.ipynb"))
+    paths = [solution_path(lesson) for lesson in lessons()]
     if args.lessons:
         paths = [p for p in paths if any(p.stem.startswith(l) for l in args.lessons)]
         if not paths:

@@ -22,6 +22,10 @@ def topic(lesson: str) -> str:
     return lesson.split("_", 1)[1]
 
 
+def solution_path(lesson: str) -> Path:
+    return ROOT / "solutions" / f"{lesson}.ipynb"
+
+
 def checks_module(lesson: str) -> str:
     return f"autograder.checks.{topic(lesson)}"
 
@@ -29,7 +33,3 @@ def checks_module(lesson: str) -> str:
 def benchmark_module(lesson: str) -> str | None:
     """benchmarks.<topic> where the lesson has a benchmark, else None."""
     return f"benchmarks.{topic(lesson)}" if (ROOT / "benchmarks" / f"{topic(lesson)}.py").exists() else None
-
-
-def deck_path(lesson: str) -> Path:
-    return ROOT / "slides" / "decks" / f"{lesson}.md"

@@ -7,9 +7,9 @@ import contextlib
 import hashlib
 import io
 import types
-from pathlib import Path
 
 from course import ROOT
+from course.lessons import solution_path
 from memfit.notebook import NotebookError, cell_source, grade_id, is_test_cell, load_notebook, read_notebook
 
 
@@ -63,10 +63,6 @@ def locked_cell_problems(nb: dict, release: dict, solution: dict | None = None) 
 
 def test_cell_ids(release: dict | None) -> frozenset:
     return frozenset(grade_id(c) for c in (release or {}).get("cells", []) if is_test_cell(c) and grade_id(c))
-
-
-def solution_path(lesson: str) -> Path:
-    return ROOT / "solutions" / f"{lesson}.ipynb"
 
 
 def load_solution(lesson: str) -> types.ModuleType:

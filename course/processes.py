@@ -47,9 +47,12 @@ def resident_bytes(root: int) -> int:
     return total
 
 
-def kill_tree(root: int) -> None:
-    """SIGKILL the child's process tree (its session, and descendants in sessions of their own)."""
+def kill_tree(root: int, spare_root: bool = False) -> None:
+    """SIGKILL a process tree (its session, and descendants in sessions of their own); spare_root: all but the
+    root (a grader stopping everything it started)."""
     for pid in process_tree(root):
+        if spare_root and pid == root:
+            continue
         try:
             os.kill(pid, 9)
         except (ProcessLookupError, PermissionError):

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course import ROOT
+from course.lessons import lessons, solution_path
 from autograder.checks import Check, checks_for
 from memfit.notebook import cell_source, is_demo_cell, is_test_cell, strip_magics
 from tests.mutants.registry import REF, REGISTRY, as_mapping, mutant_module
@@ -60,7 +61,7 @@ KEEPS, LOSES, SKIPPED, UNKNOWN = "keeps points", "loses points", "skipped on CPU
 
 
 def all_lessons() -> list[str]:
-    return sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
+    return lessons()
 
 
 def dumps(obj) -> str:
@@ -152,7 +153,7 @@ class Lesson:
     def __init__(self, lesson: str):
         self.name = lesson
         self.module = mutant_module(lesson)
-        self.solution = json.loads((ROOT / "solutions" / f"{lesson}.ipynb").read_text(encoding="utf-8"))
+        self.solution = json.loads(solution_path(lesson).read_text(encoding="utf-8"))
         self.release = json.loads((ROOT / "lessons" / f"{lesson}.ipynb").read_text(encoding="utf-8"))
         if len(self.solution["cells"]) != len(self.release["cells"]):
             raise SystemExit(f"lessons/{lesson}.ipynb and solutions/{lesson}.ipynb differ in cells: run make lessons")

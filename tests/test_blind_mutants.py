@@ -2,8 +2,8 @@
 check's points, right alternatives keep them, run as the grader runs each check (cases="all")."""
 import pytest
 
-from tests.mutants.blind.run import entries, label, run_entry
-from tests.mutants.registry import LESSONS
+from tests.mutants.blind.run import entries, run_entry
+from tests.mutants.registry import LESSONS, label
 
 CASES = [(lesson, check, verdict, entry) for lesson in LESSONS for check, verdict, entry in entries(lesson)]
 

@@ -5,7 +5,6 @@ lesson share one pytest-xdist worker, so the reference values they ask for (auto
 tests/conftest.py) are computed once."""
 from __future__ import annotations
 
-import functools
 import importlib
 import re
 
@@ -13,8 +12,7 @@ import pytest
 import torch
 
 from autograder.checks import CheckSkipped, checks_for
-from course.notebook_loader import load_solution
-from tests.mutants.registry import LESSONS, REF, REGISTRY, Right, Wrong, as_mapping, label, mutant_module
+from tests.mutants.registry import LESSONS, REGISTRY, Right, Wrong, functions_of, label, mutant_module
 
 
 # The entries run on other cases than the grader's "all", each for its reason.
@@ -38,16 +36,8 @@ def registry_cases(visible_only: bool = False):
                                        marks=pytest.mark.xdist_group(f"registry_{lesson}"))
 
 
-@functools.cache
-def reference(lesson: str):
-    return load_solution(lesson)
-
-
-def functions_of(lesson: str, check, entry) -> list:
-    """The functions the check is given, in Check.uses order: the mutants the entry names, REF the solution's."""
-    module = importlib.import_module(mutant_module(lesson))
-    return [getattr(reference(lesson), name) if value == REF else getattr(module, value)
-            for name, value in as_mapping(entry, check.uses).items()]
+def mutants_given(lesson: str, check, entry) -> list:
+    return functions_of(lesson, check, entry, importlib.import_module(mutant_module(lesson)))
 
 
 def run_as_graded(check, functions, cases: str) -> None:
@@ -63,7 +53,7 @@ def run_as_graded(check, functions, cases: str) -> None:
 @pytest.mark.parametrize("lesson, check, entry", list(registry_cases()))
 def test_registry_entry(lesson, check, entry, monkeypatch, request):
     monkeypatch.setenv("MEMFIT_GRADING", "1")  # as under the grader: a check that cannot run raises CheckSkipped
-    functions = functions_of(lesson, check, entry)
+    functions = mutants_given(lesson, check, entry)
     if isinstance(entry, Right):
         run_as_graded(check, functions, entry.cases)
         return
@@ -74,7 +64,7 @@ def test_registry_entry(lesson, check, entry, monkeypatch, request):
 @pytest.mark.parametrize("lesson, check, entry", list(registry_cases(visible_only=True)))
 def test_visible_cases_reject_the_entry(lesson, check, entry, monkeypatch):
     monkeypatch.setenv("MEMFIT_GRADING", "1")
-    assert_rejected(check, functions_of(lesson, check, entry), entry, "visible")
+    assert_rejected(check, mutants_given(lesson, check, entry), entry, "visible")
 
 
 def assert_rejected(check, functions, entry: Wrong, cases: str) -> None:

@@ -45,7 +45,8 @@ def need_browser() -> None:
 
 
 def test_every_lesson_and_the_overview_have_a_deck():
-    lessons = sorted(p.stem for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    from course.lessons import lessons as course_lessons
+    lessons = course_lessons()
     assert sorted(DECKS) == sorted(lessons + ["overview"]), \
         f"slides/decks/ should hold overview.md and one deck per lesson: {lessons}"
     for deck in DECKS:

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from course import ROOT, course_env
-from course.lessons import lessons, topic
+from course.lessons import lessons, solution_path, topic
 
 
 def nbgrader_command() -> list[str]:
@@ -65,7 +65,7 @@ def releaser(root: Path):
     def generate(lesson: str) -> dict:
         source = root / "source" / lesson
         source.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / "solutions" / f"{lesson}.ipynb", source / f"{lesson}.ipynb")
+        shutil.copy(solution_path(lesson), source / f"{lesson}.ipynb")
         result = api.generate_assignment(lesson, force=True)
         if not result["success"]:
             raise SystemExit(f"nbgrader generate_assignment {lesson} failed:\n{result.get('log', '')}\n"
@@ -81,7 +81,7 @@ LIBRARY = ROOT / "memfit" / "from_lessons"
 
 def saved_code(lesson: str) -> str | None:
     """The module text of a lesson's `#@save` cells, or None when it marks none."""
-    nb = json.loads((ROOT / "solutions" / f"{lesson}.ipynb").read_text())
+    nb = json.loads(solution_path(lesson).read_text())
     chunks = []
     for cell in nb["cells"]:
         lines = "".join(cell["source"]).splitlines()
@@ -105,7 +105,7 @@ def graded_cells_disagreeing(lesson: str) -> list[str]:
     """How the solution notebook's graded test cells and the lesson's CHECKS differ ([] when they agree)."""
     from autograder.checks import checks_for
     from memfit.notebook import is_test_cell, read_notebook
-    cells = [c["metadata"]["nbgrader"] for c in read_notebook(ROOT / "solutions" / f"{lesson}.ipynb")["cells"]
+    cells = [c["metadata"]["nbgrader"] for c in read_notebook(solution_path(lesson))["cells"]
              if is_test_cell(c)]
     problems = [f"two test cells have grade_id {g!r}" for g in sorted({c["grade_id"] for c in cells})
                 if [c["grade_id"] for c in cells].count(g) > 1]

@@ -30,8 +30,7 @@ from autograder.checks.numerics import (assert_close_by_rule, call_pure, expect_
                                         training_half)
 from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
 from memfit.hardware import config as _config
-from memfit.meter import (LIVE_TENSORS, LiveTensorMeter, format_bytes,
-                          measure_peak)
+from memfit.meter import LIVE_TENSORS, LiveTensorMeter, format_bytes, measure_peak
 
 DTYPES = tuple(memfit.profile().dtypes)
 DTYPE_NAMES = tuple(_name(d) for d in DTYPES)

@@ -3,11 +3,11 @@ the map of which lesson cuts which part (each cut computed with that lesson's fo
 points from the grader, and three recorded headline measurements."""
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from autograder.checks import checks_for
+from course.lessons import lessons
 from memfit.from_lessons.activations import activation_bytes, predict_peak
 from memfit.from_lessons.model_states import count_params, state_bytes
 from memfit.from_lessons.quantization import QK
@@ -54,9 +54,9 @@ def _size(n_bytes: int) -> str:
 def _points() -> list[tuple[str, str, float, int]]:
     """(lesson, topic, points, checks) from each lesson's autograder checks."""
     rows = []
-    for nb in sorted((Path(__file__).resolve().parents[2] / "solutions").glob("[0-9][0-9]_*.ipynb")):
-        number, topic = nb.stem.split("_", 1)
-        checks = importlib.import_module(f"autograder.checks.{topic}").CHECKS
+    for lesson in lessons():
+        number, topic = lesson.split("_", 1)
+        checks = checks_for(lesson)
         rows.append((number, topic.replace("_", " "), sum(c.points for c in checks), len(checks)))
     return rows
 

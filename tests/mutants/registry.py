@@ -47,11 +47,12 @@ What the tests prove, exactly:
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Union
 
 from autograder.checks import CheckFailed, LearnerCodeError
-from course.lessons import lessons
+from course.lessons import lessons, topic
 
 REF = "ref"  # in a multi-function entry: the reference solution's own function
 
@@ -354,7 +355,7 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
 
 def mutant_module(lesson: str) -> str:
     """'03_zero' -> 'tests.mutants.zero', the module whose attributes the lesson's entries name."""
-    return f"tests.mutants.{lesson.split('_', 1)[1]}"
+    return f"tests.mutants.{topic(lesson)}"
 
 
 def as_mapping(entry, uses) -> dict[str, str]:
@@ -376,6 +377,20 @@ def mutant_names(entry) -> list[str]:
     functions = getattr(entry, "functions", entry)
     values = [functions] if isinstance(functions, str) else list(functions.values())
     return [v for v in values if v != REF]
+
+
+@functools.cache
+def reference(lesson: str):
+    """The lesson's reference solution as a module, loaded once per process."""
+    from course.notebook_loader import load_solution
+    return load_solution(lesson)
+
+
+def functions_of(lesson: str, check, entry, module) -> list:
+    """The functions an entry gives the check, in Check.uses order: module's attributes it names, REF the
+    reference solution's own (module: the lesson's mutant module or its blind set)."""
+    return [getattr(reference(lesson), name) if value == REF else getattr(module, value)
+            for name, value in as_mapping(entry, check.uses).items()]
 
 
 def label(entry) -> str:

@@ -18,20 +18,11 @@ import signal
 import time
 
 from autograder.checks import CheckFailed, CheckSkipped, checks_for
-from tests.mutants.registry import LESSONS, REF, as_mapping
-
-_references: dict = {}
-
+from course.lessons import topic
+from tests.mutants.registry import LESSONS, functions_of, label
 
 def blind_module(lesson: str):
-    return importlib.import_module(f"tests.mutants.blind.{lesson.split('_', 1)[1]}")
-
-
-def reference(lesson: str):
-    if lesson not in _references:
-        from course.notebook_loader import load_solution
-        _references[lesson] = load_solution(lesson)
-    return _references[lesson]
+    return importlib.import_module(f"tests.mutants.blind.{topic(lesson)}")
 
 
 def entries(lesson: str):
@@ -42,12 +33,6 @@ def entries(lesson: str):
         for verdict in ("wrong", "right"):
             for entry in table.get(verdict, []):
                 yield checks[name], verdict, entry
-
-
-def label(entry) -> str:
-    if isinstance(entry, str):
-        return entry
-    return "+".join(v for v in entry.values() if v != REF)
 
 
 @contextlib.contextmanager
@@ -65,10 +50,7 @@ def _time_limit(seconds: float):
 
 def run_entry(lesson: str, check, entry, slack: float = 1.0) -> tuple[str, str]:
     """(outcome, message): outcome is passed, failed, error, timeout or skipped."""
-    module = blind_module(lesson)
-    mapping = as_mapping(entry, check.uses)
-    fns = [getattr(reference(lesson), fn) if value == REF else getattr(module, value)
-           for fn, value in mapping.items()]
+    fns = functions_of(lesson, check, entry, blind_module(lesson))
     try:
         with _time_limit(slack * check.timeout_s):  # slack: a test on a busy machine must not fail on speed
             check.run(*fns, cases="all")
