@@ -85,29 +85,46 @@ def _format_rows(ref) -> list[dict]:
 
 
 def _optimizer_rows(ref) -> list[dict]:
-    """The course's small GPT in mixed precision (amp) with each optimizer: states, the step's peak, step time."""
-    from memfit.gpt import COURSE_CONFIGS, unique_parameters
-    from memfit.training import Trainer, measure_step, random_batch
+    """The course's small GPT in mixed precision (amp) with each optimizer: states, the step's peak, step time
+    (the optimizer step: do_bench's median of the step alone, on gradients that stay)."""
+    from memfit.gpt import COURSE_CONFIGS
     cfg = COURSE_CONFIGS["small"]
     rows = []
-    for label, make in (("torch.optim.AdamW (foreach)", "adamw"),
-                        ("AdamW8bit (reference)", lambda p: ref.AdamW8bit(p, lr=3e-4, weight_decay=0.1))):
-        trainer = Trainer(cfg, precision="amp", optimizer=make)
-        step = measure_step(trainer, 4, 1024)
-        n = sum(p.numel() for p in unique_parameters(trainer.model))
-        idx, targets = random_batch(cfg, 4, 1024, trainer.device)
-        step_ms = median_ms(lambda: trainer.step(idx, targets), warmup_ms=100, rep_ms=1000)
-        for p in trainer.model.parameters():  # the optimizer step alone, on gradients that stay
-            p.grad = torch.randn_like(p)
-        opt_ms = median_ms(trainer.optimizer.step, warmup_ms=50, rep_ms=500)
-        rows.append(dict(optimizer=label, params=n, state_bytes_per_param=round(step.states["optimizer"] / n, 3),
-                         model_state_bytes_per_param=round((step.states["params"] + step.states["optimizer"]) / n + 4, 3),
-                         step_peak_mib=round(step.peak / 2**20, 1), train_step_ms=round(step_ms, 2),
-                         optimizer_step_ms=round(opt_ms, 2)))
-        print(rows[-1], flush=True)
-        del trainer
+    contenders = {"torch.optim.AdamW (foreach)": lambda p: torch.optim.AdamW(p, lr=3e-4, weight_decay=0.1, foreach=True),
+                  "torch.optim.AdamW (fused)": lambda p: torch.optim.AdamW(p, lr=3e-4, weight_decay=0.1, fused=True),
+                  "AdamW8bit (PyTorch, exercise 5)": lambda p: ref.AdamW8bit(p, lr=3e-4, weight_decay=0.1),
+                  "FusedAdamW8bit (Triton)": lambda p: ref.FusedAdamW8bit(p, lr=3e-4, weight_decay=0.1)}
+    try:  # a peer, where its wheel was carried to the GPU machine (pure Python on torch; its step is torch.compiled)
+        import torchao
+        from torchao.optim import AdamW8bit as TorchaoAdamW8bit
+        contenders[f"torchao {torchao.__version__} AdamW8bit"] = lambda p: TorchaoAdamW8bit(p, lr=3e-4, weight_decay=0.1)
+    except Exception as exc:  # noqa: BLE001  (absent, or built for another torch)
+        print(f"torchao's AdamW8bit not timed: {type(exc).__name__}: {exc}", flush=True)
+    for label, make in contenders.items():
+        try:
+            rows.append(_optimizer_row(cfg, label, make))
+            print(rows[-1], flush=True)
+        except Exception as exc:  # noqa: BLE001  (a peer that fails here is reported, not fatal)
+            print(f"{label} not timed: {type(exc).__name__}: {exc}", flush=True)
         torch.cuda.empty_cache()
     return rows
+
+
+def _optimizer_row(cfg, label, make) -> dict:
+    from memfit.gpt import unique_parameters
+    from memfit.training import Trainer, measure_step, random_batch
+    trainer = Trainer(cfg, precision="amp", optimizer=make)
+    step = measure_step(trainer, 4, 1024)
+    n = sum(p.numel() for p in unique_parameters(trainer.model))
+    idx, targets = random_batch(cfg, 4, 1024, trainer.device)
+    step_ms = median_ms(lambda: trainer.step(idx, targets), warmup_ms=100, rep_ms=1000)
+    for p in trainer.model.parameters():  # the optimizer step alone, on gradients that stay
+        p.grad = torch.randn_like(p)
+    opt_ms = median_ms(trainer.optimizer.step, warmup_ms=50, rep_ms=500)
+    return dict(optimizer=label, params=n, state_bytes_per_param=round(step.states["optimizer"] / n, 3),
+                model_state_bytes_per_param=round((step.states["params"] + step.states["optimizer"]) / n + 4, 3),
+                step_peak_mib=round(step.peak / 2**20, 1), train_step_ms=round(step_ms, 2),
+                optimizer_step_ms=round(opt_ms, 2))
 
 
 def run() -> dict:

@@ -174,6 +174,12 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
         "cpu": dict(BLOCKS=4, num_warps=4),
         "gpu": dict(BLOCKS=64, num_warps=4),
     },
+    # Lesson 07's fused AdamW8bit step: one program updates BLOCKS blocks of 256 values of one tensor. cpu: 4
+    # blocks (the interpreter's time grows with programs).
+    "adamw8bit": {
+        "cpu": dict(BLOCKS=4, num_warps=4),
+        "gpu": dict(BLOCKS=1, num_warps=2),
+    },
     # The weight-only int8 matmul y = x Wᵀ, W in Q8_0: tiles of BLOCK_M rows of x by BLOCK_N rows of W, stepping
     # BLOCK_K (a multiple of 32) along K. "small_m" for up to 32 rows of x (decoding: the weight's bytes are the
     # time), "large_m" beyond. t4/v100: fit 64 and 96 KiB in fp32 on two stages (make test compiles them).

@@ -32,6 +32,7 @@ import torch
 
 import memfit
 import memfit.from_lessons.quantization as lesson  # the reference: imported before the grading child's guards
+import triton.language as tl  # the fused optimizer's dtypes, for its compile spec
 from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error,
                                given_references)
 from autograder.checks.numerics import assert_close_by_rule, expect_like, expect_no_torch_arithmetic
@@ -1183,4 +1184,13 @@ KERNELS = [
                 "N": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32"},
                dtypes=(dtype,), variant=variant, constexprs=dict(IEEE=dtype == "fp32"))
     for variant in ("small_m", "large_m") for dtype in ("fp16", "fp32")
+] + [
+    # the given fused optimizer step (FusedAdamW8bit): bf16 weights with fp32 gradients, as mixed precision has them
+    KernelSpec("adamw8bit_kernel", "adamw8bit",
+               {"table_ptr": "*i64", "starts_ptr": "*i32", "n_tensors": "i32", "m_code_ptr": "*fp32",
+                "v_code_ptr": "*fp32", "m_mids_ptr": "*fp32", "v_mids_ptr": "*fp32",
+                **{name: "fp32" for name in ("lr", "beta1", "beta2", "one_minus_beta1", "one_minus_beta2", "eps",
+                                             "decay", "correction1", "correction2")}},
+               dtypes=("fp32",), constexprs=dict(P_DTYPE=tl.bfloat16, G_DTYPE=tl.float32, BLOCK=256, M_MIDS=254,
+                                                  V_MIDS=254, STEPS=6))
 ]

@@ -380,3 +380,160 @@ class AdamW8bit(torch.optim.Optimizer):
                         state[name][start:end] = codes
                         state[name + "_absmax"][blocks] = absmax
         return loss
+
+
+@triton.jit
+def _round_to(x, dtype: tl.constexpr):
+    """fp32 -> dtype, rounded to nearest even as PyTorch rounds. bf16 by integer arithmetic: Triton's interpreter
+    truncates a bf16 cast where a GPU rounds, and the step must round alike on every machine."""
+    if dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return x.to(dtype)
+
+
+@triton.jit
+def _nearest_level(x, mids_ptr, N_MIDS: tl.constexpr):
+    """torch.bucketize(x, mids): how many of the sorted midpoints are below x, i.e. the index of the nearest
+    level. Binary lifting: try steps of 128, 64, ..., 1; eight loads from a 1 KiB table that stays in cache."""
+    index = tl.zeros(x.shape, tl.int32)
+    for bit in tl.static_range(7, -1, -1):
+        probe = index + (1 << bit) - 1  # the last midpoint the step would count
+        below = tl.load(mids_ptr + tl.minimum(probe, N_MIDS - 1)) < x
+        index = tl.where((probe < N_MIDS) & below, index + (1 << bit), index)
+    return index
+
+
+@triton.jit
+def _tensor_of(program, starts_ptr, n_tensors, STEPS: tl.constexpr):
+    """The tensor a program works on: the last t with starts[t] <= program (binary search, STEPS >= log2 T)."""
+    lo = program * 0
+    hi = n_tensors - 1
+    for _ in tl.static_range(STEPS):
+        mid = (lo + hi + 1) // 2
+        up = tl.load(starts_ptr + mid) <= program
+        lo = tl.where(up, mid, lo)
+        hi = tl.where(up, hi, mid - 1)
+    return lo
+
+
+@triton.jit
+def adamw8bit_kernel(table_ptr, starts_ptr, n_tensors, m_code_ptr, v_code_ptr, m_mids_ptr,
+                     v_mids_ptr, lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, decay,
+                     correction1, correction2, P_DTYPE: tl.constexpr, G_DTYPE: tl.constexpr,
+                     BLOCK: tl.constexpr, BLOCKS: tl.constexpr, M_MIDS: tl.constexpr, V_MIDS: tl.constexpr,
+                     STEPS: tl.constexpr):
+    """One AdamW step for BLOCKS blocks of BLOCK values of one tensor. Row t of `table` holds tensor t's addresses
+    (p, grad, m, v, m_absmax, v_absmax), its size and whether its states are 8-bit; `starts[t]` is its first
+    program. Every byte of the weight, the gradient and the states is read once and written once."""
+    program = tl.program_id(0)
+    t = _tensor_of(program, starts_ptr, n_tensors, STEPS)
+    row = table_ptr + t * 8
+    n, eight_bit = tl.load(row + 6), tl.load(row + 7)
+    blocks = (program - tl.load(starts_ptr + t)) * BLOCKS + tl.arange(0, BLOCKS)
+    offs = blocks.to(tl.int64)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    inside = offs < n
+    p_ptr = tl.load(row).to(tl.pointer_type(P_DTYPE))
+    g = tl.load(tl.load(row + 1).to(tl.pointer_type(G_DTYPE)) + offs, mask=inside, other=0.0).to(tl.float32)
+    if eight_bit != 0:  # m and v: codes into the dynamic code, times their block's absmax
+        mq_ptr, vq_ptr = tl.load(row + 2).to(tl.pointer_type(tl.uint8)), tl.load(row + 3).to(tl.pointer_type(tl.uint8))
+        m_absmax_ptr = tl.load(row + 4).to(tl.pointer_type(tl.float32))
+        v_absmax_ptr = tl.load(row + 5).to(tl.pointer_type(tl.float32))
+        m = tl.load(m_code_ptr + tl.load(mq_ptr + offs, mask=inside, other=0).to(tl.int32))
+        v = tl.load(v_code_ptr + tl.load(vq_ptr + offs, mask=inside, other=0).to(tl.int32))
+        m = m * tl.load(m_absmax_ptr + blocks, mask=blocks * BLOCK < n, other=0.0)[:, None]
+        v = v * tl.load(v_absmax_ptr + blocks, mask=blocks * BLOCK < n, other=0.0)[:, None]
+    else:  # a small tensor: fp32 m and v
+        m = tl.load(tl.load(row + 2).to(tl.pointer_type(tl.float32)) + offs, mask=inside, other=0.0)
+        v = tl.load(tl.load(row + 3).to(tl.pointer_type(tl.float32)) + offs, mask=inside, other=0.0)
+    # the update, in fp32 registers, rounded where the PyTorch version rounds
+    p = _round_to(tl.load(p_ptr + offs, mask=inside, other=0.0).to(tl.float32) * decay, P_DTYPE)
+    m = m * beta1 + one_minus_beta1 * g  # 1 - beta from the host, in float64: 1 - fp32(0.999) is 1.3e-5 off
+    v = v * beta2 + one_minus_beta2 * g * g
+    step = tl.math.div_rn(tl.math.div_rn(m, correction1), tl.sqrt_rn(tl.math.div_rn(v, correction2)) + eps)
+    p = _round_to(p.to(tl.float32) - _round_to(lr * step, P_DTYPE).to(tl.float32), P_DTYPE)
+    tl.store(p_ptr + offs, p, mask=inside)
+    m, v = tl.where(inside, m, 0.0), tl.where(inside, v, 0.0)
+    if eight_bit != 0:  # each block's new absmax, and the nearest level of every value
+        live = blocks * BLOCK < n
+        m_absmax = tl.max(tl.abs(m), axis=1)
+        v_absmax = tl.max(v, axis=1)
+        m_q = _nearest_level(tl.math.div_rn(m, tl.where(m_absmax > 0, m_absmax, 1.0)[:, None]), m_mids_ptr, M_MIDS)
+        v_q = _nearest_level(tl.math.div_rn(v, tl.where(v_absmax > 0, v_absmax, 1.0)[:, None]), v_mids_ptr, V_MIDS)
+        tl.store(tl.load(row + 2).to(tl.pointer_type(tl.uint8)) + offs, m_q.to(tl.uint8), mask=inside)
+        tl.store(tl.load(row + 3).to(tl.pointer_type(tl.uint8)) + offs, v_q.to(tl.uint8), mask=inside)
+        tl.store(tl.load(row + 4).to(tl.pointer_type(tl.float32)) + blocks, m_absmax, mask=live)
+        tl.store(tl.load(row + 5).to(tl.pointer_type(tl.float32)) + blocks, v_absmax, mask=live)
+    else:
+        tl.store(tl.load(row + 2).to(tl.pointer_type(tl.float32)) + offs, m, mask=inside)
+        tl.store(tl.load(row + 3).to(tl.pointer_type(tl.float32)) + offs, v, mask=inside)
+
+
+TRITON_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+
+
+class FusedAdamW8bit(AdamW8bit):
+    """AdamW8bit's states and numbers; its step is one kernel launch for all the parameters of a group that share
+    a dtype and a step count, however many they are (`chunk` is accepted and unused: the kernel keeps no fp32
+    copy of a state)."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+            launches = {}  # (p dtype, gradient dtype, step) -> its parameters
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if not (p.is_contiguous() and p.grad.is_contiguous()):
+                    raise ValueError(f"FusedAdamW8bit needs contiguous parameters and gradients; a parameter of "
+                                     f"shape {tuple(p.shape)} has strides {p.stride()}, its gradient {p.grad.stride()}")
+                state = self.state[p] or self._state(p, group)
+                state["step"] += 1
+                launches.setdefault((p.dtype, p.grad.dtype, state["step"]), []).append(p)
+            for (p_dtype, g_dtype, t), params in launches.items():
+                table, starts, programs, cfg = self._table(params)
+                mids = self._midpoints(params[0].device)
+                adamw8bit_kernel[(programs,)](
+                    table, starts, len(params), self.codes["m"], self.codes["v"], mids["m"], mids["v"], lr, beta1,
+                    beta2, 1 - beta1, 1 - beta2, eps, 1 - lr * group["weight_decay"], 1 - beta1**t, 1 - beta2**t,
+                    P_DTYPE=TRITON_DTYPES[p_dtype], G_DTYPE=TRITON_DTYPES[g_dtype], BLOCK=STATE_BLOCK,
+                    M_MIDS=mids["m"].numel(), V_MIDS=mids["v"].numel(), STEPS=len(params).bit_length(), **cfg)
+        return loss
+
+    def _table(self, params):
+        """The launch's table (addresses, sizes, 8-bit or not) and each tensor's first program, on the device.
+        Kept while the tensors stay where they are: a training loop's gradients come back at the same addresses,
+        and the step then costs one launch and no copy."""
+        key = tuple((p.data_ptr(), p.grad.data_ptr(), self.state[p]["m"].data_ptr(), p.numel()) for p in params)
+        tables = self.__dict__.setdefault("_tables", {})
+        cached = tables.get(key)
+        if cached is None:
+            cfg = memfit.hardware.config("adamw8bit")
+            rows, programs = [], [0]
+            for p in params:
+                s = self.state[p]
+                eight_bit = "m_absmax" in s
+                tensors = (p, p.grad, s["m"], s["v"]) + ((s["m_absmax"], s["v_absmax"]) if eight_bit else ())
+                rows.append([x.data_ptr() for x in tensors] + [0] * (2 - 2 * eight_bit) + [p.numel(), int(eight_bit)])
+                programs.append(programs[-1] + triton.cdiv(p.numel(), STATE_BLOCK * cfg["BLOCKS"]))
+            device = params[0].device
+            cached = (torch.tensor(rows, dtype=torch.int64, device=device),
+                      torch.tensor(programs[:-1], dtype=torch.int32, device=device), programs[-1], cfg)
+            if len(tables) >= 8:  # a few layouts (one per launch); an old one's addresses may come back reused
+                tables.clear()
+            tables[key] = cached
+        return cached
+
+    def _midpoints(self, device) -> dict:
+        """The midpoints between the codes' levels (the nearest level is found among them), once per device."""
+        mids = self.__dict__.get("_mids")
+        if mids is None or mids["m"].device != device:
+            self.codes = {k: c.to(device) for k, c in self.codes.items()}
+            mids = self._mids = {k: ((c[1:] + c[:-1]) / 2).contiguous() for k, c in self.codes.items()}
+        return mids
