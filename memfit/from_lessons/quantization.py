@@ -394,15 +394,23 @@ def _round_to(x, dtype: tl.constexpr):
 
 
 @triton.jit
-def _nearest_level(x, mids_ptr, N_MIDS: tl.constexpr):
+def _nearest_level(x, mids_ptr, N_MIDS: tl.constexpr, SIGNED: tl.constexpr):
     """torch.bucketize(x, mids): how many of the sorted midpoints are below x, i.e. the index of the nearest
-    level. Binary lifting: try steps of 128, 64, ..., 1; eight loads from a 1 KiB table that stays in cache."""
-    index = tl.zeros(x.shape, tl.int32)
-    for bit in tl.static_range(7, -1, -1):
-        probe = index + (1 << bit) - 1  # the last midpoint the step would count
-        below = tl.load(mids_ptr + tl.minimum(probe, N_MIDS - 1)) < x
-        index = tl.where((probe < N_MIDS) & below, index + (1 << bit), index)
-    return index
+    level. The code's formula gives it to within one level: |x| lies in decade d (10^(d-7), 10^(d-6)], split into
+    `steps` even parts, whose levels follow the 2^u (2^d - 1) levels of the decades below (u = 0 signed, 1
+    unsigned); then two midpoints from the table settle it exactly (a binary search would load eight)."""
+    a = tl.abs(x)
+    decade = tl.minimum(tl.maximum(tl.ceil(tl.log2(a) * 0.3010299956639812) + 6.0, 0.0), 6.0)  # log2(0): -inf -> 0
+    steps = tl.exp2(decade + (0.0 if SIGNED else 1.0))
+    fraction = a * tl.exp2((6.0 - decade) * 3.321928094887362)  # |x| / 10^(decade - 6), in (0.1, 1]
+    j = tl.minimum(tl.maximum(tl.floor((fraction - 0.1) * steps / 0.9 + 0.5), 0.0), steps)
+    position = steps - (1.0 if SIGNED else 2.0) + j  # among the levels >= 0; j = 0 is the decade below's top
+    if SIGNED:  # the negative levels come first, mirrored
+        position = tl.where(x < 0, N_MIDS // 2 - position, N_MIDS // 2 + position)
+    index = position.to(tl.int32)
+    below = tl.load(mids_ptr + tl.maximum(index - 1, 0))
+    above = tl.load(mids_ptr + tl.minimum(index, N_MIDS - 1))
+    return tl.where((index > 0) & (below >= x), index - 1, tl.where((index < N_MIDS) & (above < x), index + 1, index))
 
 
 @triton.jit
@@ -459,8 +467,8 @@ def adamw8bit_kernel(table_ptr, starts_ptr, n_tensors, m_code_ptr, v_code_ptr, m
         live = blocks * BLOCK < n
         m_absmax = tl.max(tl.abs(m), axis=1)
         v_absmax = tl.max(v, axis=1)
-        m_q = _nearest_level(tl.math.div_rn(m, tl.where(m_absmax > 0, m_absmax, 1.0)[:, None]), m_mids_ptr, M_MIDS)
-        v_q = _nearest_level(tl.math.div_rn(v, tl.where(v_absmax > 0, v_absmax, 1.0)[:, None]), v_mids_ptr, V_MIDS)
+        m_q = _nearest_level(tl.math.div_rn(m, tl.where(m_absmax > 0, m_absmax, 1.0)[:, None]), m_mids_ptr, M_MIDS, True)
+        v_q = _nearest_level(tl.math.div_rn(v, tl.where(v_absmax > 0, v_absmax, 1.0)[:, None]), v_mids_ptr, V_MIDS, False)
         tl.store(tl.load(row + 2).to(tl.pointer_type(tl.uint8)) + offs, m_q.to(tl.uint8), mask=inside)
         tl.store(tl.load(row + 3).to(tl.pointer_type(tl.uint8)) + offs, v_q.to(tl.uint8), mask=inside)
         tl.store(tl.load(row + 4).to(tl.pointer_type(tl.float32)) + blocks, m_absmax, mask=live)
