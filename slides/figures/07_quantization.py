@@ -230,6 +230,9 @@ opt_table = markdown_table(
     ["optimizer", "state B/param", "W + G + states B/param", "step peak MiB", "train step ms", "opt. step ms"],
     [[r_["optimizer"], f"{r_['state_bytes_per_param']:.3f}", f"{r_['model_state_bytes_per_param']:.2f}",
       f"{r_['step_peak_mib']:,.0f}", f"{r_['train_step_ms']:.1f}", f"{r_['optimizer_step_ms']:.2f}"] for r_ in opt])
+_opt = {r_["optimizer"]: r_ for r_ in opt}
+adamw, adamw_fused = _opt["torch.optim.AdamW (foreach)"], _opt["torch.optim.AdamW (fused)"]
+opt8, fused8 = _opt["AdamW8bit (PyTorch, exercise 5)"], _opt["FusedAdamW8bit (Triton)"]
 h_size = memfit.hardware.size("training_step", profile_for("h100"))
 
 # --- grading
