@@ -17,7 +17,6 @@ import statistics
 import sys
 
 import torch
-import triton
 
 from memfit.meter import measure_peak
 from memfit.timing import median_ms
@@ -171,35 +170,45 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sweep() -> None:
-    """Time tile configs of the fused kernel at every shape and M (fp16), print the best per (shape, M)."""
-    import memfit.from_lessons.quantization as ref
-    small = [dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=s) for bn in (32, 64, 128)
-             for bk in (128, 256, 512) for w in (4, 8) for s in (3, 4)]
-    large = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=s)
-             for bm, bn, bk, w, s in ((64, 64, 64, 4, 3), (64, 128, 64, 4, 3), (128, 128, 64, 8, 3),
-                                      (128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (128, 128, 128, 8, 3),
-                                      (64, 256, 64, 8, 4), (128, 64, 64, 4, 4), (256, 128, 64, 8, 3))]
-    for shape_name, (n, k) in SHAPES.items():
-        qw = ref.quantize_q8_0(_weight(n, k))
-        for m in TOKENS:
-            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-            y = torch.empty(m, n, device="cuda", dtype=torch.float16)
-            fp16 = median_ms(lambda: x @ ref.dequantize_q8_0(qw).T)
-            results = []
-            for cfg in (small if m <= 64 else large):
-                grid = (triton.cdiv(m, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]))
+def _sweep_configs(variant: str) -> list[dict]:
+    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
+    rows = {"m16": [(16, 64, 128, s, 4, 3) for s in (2, 4, 8)] + [(16, 32, 256, 4, 4, 3), (16, 128, 128, 4, 8, 3)],
+            "m64": [(64, 64, 128, 4, 4, 3), (64, 64, 128, 2, 4, 3), (32, 128, 128, 4, 8, 4), (64, 64, 64, 4, 8, 3),
+                    (64, 128, 64, 1, 4, 4), (64, 64, 128, 1, 4, 4)],
+            "m256": [(128, 128, 64, 1, 8, 3), (128, 128, 64, 2, 8, 3), (64, 128, 128, 2, 4, 4),
+                     (128, 256, 64, 1, 8, 3), (256, 128, 64, 1, 8, 3), (128, 128, 64, 1, 4, 4)],
+            "m_large": [(128, 256, 64, 1, 8, 3), (256, 128, 64, 1, 8, 3), (128, 128, 64, 1, 8, 4),
+                        (128, 128, 128, 1, 8, 3), (256, 128, 64, 1, 8, 4), (128, 128, 64, 1, 4, 4)]}
+    return [dict(zip(keys, r)) for r in rows[variant]]
 
-                def call(cfg=cfg, grid=grid):
-                    ref.int8_matmul_kernel[grid](x, qw.data, qw.scales, y, m, n, k, x.stride(0), y.stride(0),
-                                                 IEEE=False, **cfg)
-                try:
-                    results.append((median_ms(call), cfg))
-                except Exception as exc:  # noqa: BLE001  (a config that does not fit: skip it)
-                    print("skip", cfg, type(exc).__name__)
-            results.sort(key=lambda r: r[0])
-            print(f"{shape_name} M={m}: deq+mm {fp16 * 1e3:.1f} µs; best " +
-                  "; ".join(f"{ms * 1e3:.1f} µs {c}" for ms, c in results[:3]), flush=True)
+
+def sweep() -> None:
+    """Time tile configs of the reference int8_weight_matmul at every shape and M (fp16), print the best three per
+    (shape, M): the rows of memfit.hardware's "int8_matmul" table for this card are picked from it."""
+    import memfit.from_lessons.quantization as ref
+    from memfit.hardware import KERNEL_CONFIGS, profile
+    table = KERNEL_CONFIGS["int8_matmul"]
+    row = profile().name if profile().name in table else "gpu"
+    saved = {variant: dict(cfg) for variant, cfg in table[row].items()}
+    try:
+        for shape_name, (n, k) in SHAPES.items():
+            qw = ref.quantize_q8_0(_weight(n, k))
+            for m in TOKENS:
+                x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+                variant = ref.int8_matmul_variant(m)
+                deq_mm = median_ms(lambda: x @ ref.dequantize_q8_0(qw).T)
+                results = []
+                for cfg in _sweep_configs(variant):
+                    table[row][variant] = cfg
+                    try:
+                        results.append((median_ms(lambda: ref.int8_weight_matmul(x, qw)), cfg))
+                    except Exception as exc:  # noqa: BLE001  (a config that does not fit: skip it)
+                        print("skip", cfg, type(exc).__name__)
+                results.sort(key=lambda r: r[0])
+                print(f"{shape_name} M={m} ({variant}): deq+mm {deq_mm * 1e3:.1f} µs; best " +
+                      "; ".join(f"{ms * 1e3:.1f} µs {c}" for ms, c in results[:3]), flush=True)
+    finally:
+        table[row].update(saved)
 
 
 if __name__ == "__main__":

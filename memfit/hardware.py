@@ -122,11 +122,12 @@ def _flash_tiles(cpu: tuple, d64: tuple, d128: tuple, h100: tuple) -> dict[str, 
     return dict(cpu=dict(d64=tiles(*cpu), d128=tiles(*cpu)), h100=dict(d64=tiles(*h100), d128=tiles(*h100)), **small)
 
 
-def _int8_tiles(small: tuple, large: tuple) -> dict[str, dict]:
-    """Lesson 07's matmul rows: the "small_m" and "large_m" variants from (BLOCK_M, BLOCK_N, BLOCK_K, num_warps,
-    num_stages)."""
-    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
-    return dict(small_m=dict(zip(keys, small)), large_m=dict(zip(keys, large)))
+def _int8_tiles(m16: tuple, m64: tuple, m256: tuple, m_large: tuple) -> dict[str, dict]:
+    """Lesson 07's matmul rows, one variant per class of M (rows of x: up to 16, 64, 256, more), each from
+    (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages)."""
+    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
+    return dict(m16=dict(zip(keys, m16)), m64=dict(zip(keys, m64)), m256=dict(zip(keys, m256)),
+                m_large=dict(zip(keys, m_large)))
 
 
 KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
@@ -180,16 +181,23 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
         "cpu": dict(BLOCKS=4, num_warps=4),
         "gpu": dict(BLOCKS=1, num_warps=2),
     },
-    # The weight-only int8 matmul y = x Wᵀ, W in Q8_0: tiles of BLOCK_M rows of x by BLOCK_N rows of W, stepping
-    # BLOCK_K (a multiple of 32) along K. "small_m" for up to 32 rows of x (decoding: the weight's bytes are the
-    # time), "large_m" beyond. t4/v100: fit 64 and 96 KiB in fp32 on two stages (make test compiles them).
+    # The weight-only int8 matmul y = x Wᵀ, W in Q8_0: a program computes a BLOCK_N x BLOCK_M tile of yᵀ, stepping
+    # BLOCK_K (a multiple of 32) along its SPLIT_K-th of K. Variants by rows of x (memfit.from_lessons'
+    # int8_matmul_variant): m16 decoding (the weight's bytes are the time: split K so that every SM reads W), m64
+    # and m256 in between, m_large prefill (arithmetic is the time). cpu: small tiles, split K where M is small, so
+    # the checks' short cases cross both paths. t4/v100: fit 64 and 96 KiB in fp32 on two stages (make test compiles
+    # them).
     "int8_matmul": {
-        "cpu": _int8_tiles(small=(16, 32, 64, 4, 1), large=(32, 32, 64, 4, 1)),
-        **{card: _int8_tiles(small=(16, 64, 128, 4, 2), large=(64, 64, 64, 4, 2)) for card in ("t4", "v100")},
-        "gpu": _int8_tiles(small=(16, 64, 128, 4, 3), large=(128, 128, 64, 4, 3)),
-        # the H100 sweep (benchmarks/quantization.py --sweep, Llama-3-8B shapes, fp16): narrow tiles for few rows
-        # (more programs reading W at once), square ones beyond
-        "h100": _int8_tiles(small=(16, 32, 256, 4, 3), large=(128, 128, 64, 4, 4)),
+        "cpu": _int8_tiles(m16=(16, 32, 64, 2, 4, 1), m64=(32, 32, 64, 2, 4, 1), m256=(32, 32, 64, 1, 4, 1),
+                           m_large=(32, 32, 64, 1, 4, 1)),
+        **{card: _int8_tiles(m16=(16, 64, 128, 4, 4, 2), m64=(32, 64, 64, 2, 4, 2), m256=(64, 64, 64, 1, 4, 2),
+                             m_large=(64, 64, 64, 1, 4, 2)) for card in ("t4", "v100")},
+        "gpu": _int8_tiles(m16=(16, 64, 128, 4, 4, 3), m64=(64, 64, 128, 2, 4, 3), m256=(64, 128, 64, 1, 4, 3),
+                           m_large=(128, 128, 64, 1, 4, 3)),
+        # the H100 sweep (benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-25-int8-matmul-sweep.md, Llama-3-8B
+        # shapes, fp16): 8 slices of K for decoding, 4 and 2 up to 256 rows, large tiles beyond
+        "h100": _int8_tiles(m16=(16, 64, 128, 8, 4, 3), m64=(64, 64, 128, 4, 4, 3), m256=(64, 128, 128, 2, 4, 4),
+                            m_large=(256, 128, 64, 1, 8, 3)),
     },
 }
 

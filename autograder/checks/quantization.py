@@ -597,6 +597,9 @@ def _tf32_like_a_gpu():
         builder.create_dot = original
 
 
+INT8_VARIANTS = tuple(name for _, name in lesson.INT8_MATMUL_CLASSES)  # the tile classes of M, decoding to prefill
+
+
 def _block_k(m: int) -> int:
     return lesson.int8_matmul_tiles(m)["BLOCK_K"]
 
@@ -622,7 +625,7 @@ class MatmulCase:
 
     def axes(self) -> dict:
         return {"dtype": self.dtype_names(), "x_rank": len(self.lead) + 1, "x_layout": self.layout,
-                "tiles": "small_m" if self.m <= 32 else "large_m",
+                "tiles": lesson.int8_matmul_variant(self.m),
                 "k_vs_block_k": "a multiple of BLOCK_K" if self.k % _block_k(self.m) == 0 else "ragged"}
 
 
@@ -638,6 +641,7 @@ MATMUL_CASES = [
     MatmulCase((), 40, 96, "fp32", True),
     MatmulCase((9,), 24, 64, "half", True, layout="column slice"),
     MatmulCase((40,), 20, 96, "fp32", True, layout="transposed"),
+    MatmulCase((260,), 24, 64, "fp32", True),  # prefill's tiles, on a CPU too
     MatmulCase((16,), 4096, 4096, "all", True, gpu_only=True),
     MatmulCase((300,), 1000, 2048, "all", True, gpu_only=True),
 ]
@@ -724,7 +728,7 @@ class MatmulMemoryCase:
     cpu_only: bool = False
 
     def axes(self) -> dict:
-        return {"dtype": self.dtype, "tiles": "small_m" if self.m <= 32 else "large_m", "kept": "after the call"}
+        return {"dtype": self.dtype, "tiles": lesson.int8_matmul_variant(self.m), "kept": "after the call"}
 
 
 MATMUL_MEMORY_CASES = [
@@ -734,7 +738,8 @@ MATMUL_MEMORY_CASES = [
 ] + [MatmulMemoryCase(m, n, k, dtype, hidden, gpu_only=True)
      for m, n, k, dtype, hidden in ((16, 14336, 4096, "fp16", False), (64, 4096, 4096, "fp32", False),
                                     (48, 4096, 4096, "bf16", False), (1, 4096, 14336, "fp16", True),
-                                    (300, 2048, 4096, "fp32", True), (8, 4096, 2048, "bf16", True))
+                                    (300, 2048, 4096, "fp32", True), (8, 4096, 2048, "bf16", True),
+                                    (128, 4096, 4096, "fp16", True))
      if dtype in PROFILE_DTYPES]
 
 
@@ -1111,9 +1116,9 @@ AXES = {
     "q8_0": _BLOCK_AXES,
     "q4_0": _BLOCK_AXES,
     "int8_matmul": {"dtype": PROFILE_DTYPES, "x_rank": (1, 2, 3), "x_layout": ("contiguous", "column slice", "transposed"),
-                    "tiles": ("small_m", "large_m"), "k_vs_block_k": ("a multiple of BLOCK_K", "ragged"),
+                    "tiles": INT8_VARIANTS, "k_vs_block_k": ("a multiple of BLOCK_K", "ragged"),
                     "invalid": ("K mismatch", "int x", "other format", "K not a multiple of 32")},
-    "int8_matmul_memory": {"dtype": PROFILE_DTYPES, "tiles": ("small_m", "large_m"), "kept": ("after the call",)},
+    "int8_matmul_memory": {"dtype": PROFILE_DTYPES, "tiles": INT8_VARIANTS, "kept": ("after the call",)},
     "blockwise": {"code": ("signed (m)", "unsigned (v)"), "values": ("gaussian", "heavy-tailed", "zero block"),
                   "n_vs_block": ("1", "below one block", "whole blocks", "a partial last block"), "rank": (1, 2, 3),
                   "block": ("default", "other"), "dtype": PROFILE_DTYPES},
@@ -1183,7 +1188,7 @@ KERNELS = [
                {"x_ptr": "*{dtype}", "data_ptr": "*i8", "scale_ptr": "*fp16", "y_ptr": "*{dtype}", "M": "i32",
                 "N": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32"},
                dtypes=(dtype,), variant=variant, constexprs=dict(IEEE=dtype == "fp32"))
-    for variant in ("small_m", "large_m") for dtype in ("fp16", "fp32")
+    for variant in INT8_VARIANTS for dtype in ("fp16", "fp32")
 ] + [
     # the given fused optimizer step (FusedAdamW8bit): bf16 weights with fp32 gradients, as mixed precision has them
     KernelSpec("adamw8bit_kernel", "adamw8bit",

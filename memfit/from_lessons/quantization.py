@@ -208,10 +208,17 @@ def dequantize_q4_0(qt: Quantized) -> torch.Tensor:
     return out
 
 
+INT8_MATMUL_CLASSES = ((16, "m16"), (64, "m64"), (256, "m256"), (None, "m_large"))  # (most rows, variant)
+
+
+def int8_matmul_variant(m: int) -> str:
+    """Which of memfit.hardware's "int8_matmul" variants serves m rows of x: decoding (up to 16 rows) to prefill."""
+    return next(name for most, name in INT8_MATMUL_CLASSES if most is None or m <= most)
+
+
 def int8_matmul_tiles(m: int) -> dict:
-    """The tile config for m rows of x: memfit.hardware's "small_m" (decoding) or "large_m"."""
-    tiles = _config("int8_matmul")
-    return dict(tiles["small_m" if m <= 32 else "large_m"])
+    """The tile config for m rows of x: BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages."""
+    return dict(_config("int8_matmul")[int8_matmul_variant(m)])
 
 
 def check_int8_matmul_inputs(x, qw) -> None:
@@ -229,31 +236,40 @@ def check_int8_matmul_inputs(x, qw) -> None:
 
 
 @triton.jit
-def int8_matmul_kernel(x_ptr, data_ptr, scale_ptr, y_ptr, M, N, K, stride_xm, stride_ym,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
-    """y[M, N] = x[M, K] @ Ŵ[N, K]ᵀ with Ŵ dequantized tile by tile from Q8_0 codes and scales."""
+def int8_matmul_kernel(x_ptr, data_ptr, scale_ptr, y_ptr, M, N, K, stride_xm, stride_ym, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, IEEE: tl.constexpr):
+    """Program (i, j, s): the tile yᵀ[j-th BLOCK_N, i-th BLOCK_M] = Ŵ tile · x tileᵀ over the s-th of SPLIT_K
+    slices of K, Ŵ dequantized tile by tile from Q8_0 codes and scales. One slice: stored in y's dtype; several:
+    added to an fp32 y."""
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     rb = tl.arange(0, BLOCK_K // 32)  # the blocks of 32 a step covers
-    rows_x = rm.to(tl.int64)[:, None] * stride_xm
-    rows_w = rn.to(tl.int64)[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    per_slice = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K  # whole steps, so slices hold whole blocks
+    k_lo = tl.program_id(2) * per_slice
+    k_hi = tl.minimum(K, k_lo + per_slice)
+    rows_w = rn.to(tl.int64)[:, None]
+    cols_x = rm.to(tl.int64)[None, :] * stride_xm
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         k = k0 + rk
-        x = tl.load(x_ptr + rows_x + k[None, :], mask=(rm[:, None] < M) & (k[None, :] < K), other=0.0)
-        q = tl.load(data_ptr + rows_w * K + k[:, None], mask=(k[:, None] < K) & (rn[None, :] < N), other=0)
-        b = k0 // 32 + rb  # one scale per block: a [BLOCK_K / 32, BLOCK_N] tile, broadcast over its 32 codes
-        d = tl.load(scale_ptr + rows_w * (K // 32) + b[:, None], mask=(b[:, None] < K // 32) & (rn[None, :] < N),
+        q = tl.load(data_ptr + rows_w * K + k[None, :], mask=(rn[:, None] < N) & (k[None, :] < k_hi), other=0)
+        b = k0 // 32 + rb  # one scale per block: a [BLOCK_N, BLOCK_K / 32] tile, broadcast over its 32 codes
+        d = tl.load(scale_ptr + rows_w * (K // 32) + b[None, :], mask=(rn[:, None] < N) & (b[None, :] < K // 32),
                     other=0.0)
-        w = tl.reshape(q.to(tl.float32), (BLOCK_K // 32, 32, BLOCK_N)) * d.to(tl.float32)[:, None, :]
-        w = tl.reshape(w, (BLOCK_K, BLOCK_N)).to(x.dtype)  # a tile of Ŵᵀ, rounded as dequantize would
+        w = tl.reshape(q.to(tl.float32), (BLOCK_N, BLOCK_K // 32, 32)) * d.to(tl.float32)[:, :, None]
+        xt = tl.load(x_ptr + cols_x + k[:, None], mask=(rm[None, :] < M) & (k[:, None] < k_hi), other=0.0)
+        w = tl.reshape(w, (BLOCK_N, BLOCK_K)).to(xt.dtype)  # a tile of Ŵ, rounded as dequantize would
         if IEEE:
-            acc += tl.dot(x, w, input_precision="ieee")
+            acc += tl.dot(w, xt, input_precision="ieee")
         else:
-            acc += tl.dot(x, w)
-    tl.store(y_ptr + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
+            acc += tl.dot(w, xt)
+    y = y_ptr + rm.to(tl.int64)[None, :] * stride_ym + rn[:, None]  # yᵀ's tile, stored into y
+    inside = (rm[None, :] < M) & (rn[:, None] < N)
+    if SPLIT_K == 1:
+        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=inside)
+    else:
+        tl.atomic_add(y, acc, mask=inside, sem="relaxed")
 
 
 def int8_weight_matmul(x: torch.Tensor, qw: Quantized) -> torch.Tensor:
@@ -264,13 +280,15 @@ def int8_weight_matmul(x: torch.Tensor, qw: Quantized) -> torch.Tensor:
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     m = x2.shape[0]
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     tiles = int8_matmul_tiles(m)
-    grid = (triton.cdiv(m, tiles["BLOCK_M"]), triton.cdiv(n, tiles["BLOCK_N"]))
+    split = tiles["SPLIT_K"] > 1  # the slices' partial sums meet in fp32, by atomic adds onto zeros
+    y = torch.zeros(m, n, dtype=torch.float32, device=x.device) if split else \
+        torch.empty(m, n, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(m, tiles["BLOCK_M"]), triton.cdiv(n, tiles["BLOCK_N"]), tiles["SPLIT_K"])
     if m and n:
         int8_matmul_kernel[grid](x2, qw.data, qw.scales, y, m, n, k, x2.stride(0), y.stride(0),
                                  IEEE=x.dtype == torch.float32, **tiles)
-    return y.reshape(*x.shape[:-1], n)
+    return y.to(x.dtype).reshape(*x.shape[:-1], n)
 
 
 STATE_BLOCK = 256  # values per fp32 absmax in an 8-bit optimizer state

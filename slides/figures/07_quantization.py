@@ -131,17 +131,20 @@ rot_table = markdown_table(
 w_bytes = (ref.CODE_BYTES["q8_0"] + 2) / ref.QK
 up_hat = L8.ffn_hidden * L8.d_model * 2
 mm_cfg = KERNEL_CONFIGS["int8_matmul"]
-small_threshold = max(m for m in range(1, 257) if ref.int8_matmul_tiles(m) == mm_cfg["cpu"]["small_m"])
+small_threshold = ref.INT8_MATMUL_CLASSES[0][0]  # the most rows of x the decoding tiles serve
+mm_classes = [("M ≤ " + str(most)) if most else f"M > {ref.INT8_MATMUL_CLASSES[-2][0]}"
+              for most, _ in ref.INT8_MATMUL_CLASSES]
 
 
 def tiles(t):
-    return f"{t['BLOCK_M']} × {t['BLOCK_N']} × {t['BLOCK_K']}, {t['num_warps']} warps, {t['num_stages']} st."
+    split = f", K / {t['SPLIT_K']}" if t["SPLIT_K"] > 1 else ""
+    return f"{t['BLOCK_M']} × {t['BLOCK_N']} × {t['BLOCK_K']}{split}"
 
 
-tile_rows = [[label, tiles(mm_cfg[key]["small_m"]), tiles(mm_cfg[key]["large_m"])]
+tile_rows = [[label] + [tiles(mm_cfg[key][variant]) for _, variant in ref.INT8_MATMUL_CLASSES]
              for key, label in (("cpu", "cpu (interpreter)"), ("t4", "T4, V100"), ("gpu", "other GPUs"),
                                 ("h100", "H100"))]
-h_large = mm_cfg["h100"]["large_m"]
+h_large = mm_cfg["h100"]["m_large"]
 
 # --------------------------------------------------------------------------------------- the H100 records
 q = record("quantization")
@@ -412,7 +415,7 @@ def fig_errors():
 @styled
 def fig_tile():
     """One program of the fused kernel: x tile, int8 codes, the compact scale tile broadcast, tl.dot."""
-    tile = mm_cfg["h100"]["large_m"]
+    tile = mm_cfg["h100"]["m_large"]
     bk, bn, bm = tile["BLOCK_K"], tile["BLOCK_N"], tile["BLOCK_M"]
     fig, ax = canvas(figsize=(11, 3.9))
 
@@ -423,17 +426,17 @@ def fig_tile():
                 weight="bold")
         ax.text(x + w / 2, y + h * 0.28, sub, ha="center", va="center", fontsize=12, color="white")
 
-    box(0, 2.2, 2.3, 0.9, COLORS["params"], "codes q", f"int8 [{bk}, {bn}]")
-    box(0, 0.7, 2.3, 0.9, COLORS["activations"], "scales d", f"fp16 [{bk // ref.QK}, {bn}]")
+    box(0, 2.2, 2.3, 0.9, COLORS["params"], "codes q", f"int8 [{bn}, {bk}]")
+    box(0, 0.7, 2.3, 0.9, COLORS["activations"], "scales d", f"fp16 [{bn}, {bk // ref.QK}]")
     box(3.6, 1.45, 2.6, 0.9, COLORS["ours"], "q · d", "→ x's dtype")
-    box(3.6, -0.35, 2.6, 0.9, COLORS["grads"], "x tile", f"[{bm}, {bk}]")
+    box(3.6, -0.35, 2.6, 0.9, COLORS["grads"], "xᵀ tile", f"[{bk}, {bm}]")
     box(7.3, 0.7, 1.7, 0.9, COLORS["neutral"], "tl.dot", "+= fp32 acc")
-    box(9.6, 0.7, 1.7, 0.9, COLORS["optimizer"], "y tile", f"[{bm}, {bn}]")
+    box(9.6, 0.7, 1.7, 0.9, COLORS["optimizer"], "yᵀ tile", f"[{bn}, {bm}]")
     arrow(ax, (2.35, 2.6), (3.55, 2.05))
     arrow(ax, (2.35, 1.15), (3.55, 1.75))
     ax.text(2.45, 0.95, f"reshape: ×{ref.QK}", fontsize=12)
     arrow(ax, (6.25, 1.9), (7.25, 1.3))
-    ax.text(6.45, 1.95, "Ŵᵀ tile", fontsize=12)
+    ax.text(6.45, 1.95, "Ŵ tile", fontsize=12)
     arrow(ax, (6.25, 0.1), (7.25, 0.95))
     arrow(ax, (9.05, 1.15), (9.55, 1.15))
     ax.text(0, 3.4, f"loop along K, BLOCK_K = {bk} at a time: Ŵ exists only as this tile, in registers",

@@ -183,15 +183,15 @@ def mm_one_scale_per_row(x, qw):  # every block of a row scaled by the row's fir
     return ref.int8_weight_matmul(x, Q("q8_0", qw.data, scales.contiguous(), qw.shape, qw.dtype))
 
 
-def mm_other_tiles(x, qw):  # right: other tiles (16 x 16 outputs, 4 blocks of 32 along K per step)
+def mm_other_tiles(x, qw):  # right: other tiles (16 x 16 outputs, 4 blocks of 32 along K per step), one slice of K
     ref.check_int8_matmul_inputs(x, qw)
     n, k = qw.shape
     x2 = x.reshape(-1, k).contiguous()
     m = x2.shape[0]
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    tiles = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=128, num_warps=4)
+    tiles = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=128, SPLIT_K=1, num_warps=4)  # and never split K
     if m and n:
-        ref.int8_matmul_kernel[(triton.cdiv(m, 16), triton.cdiv(n, 16))](
+        ref.int8_matmul_kernel[(triton.cdiv(m, 16), triton.cdiv(n, 16), 1)](
             x2, qw.data, qw.scales, y, m, n, k, x2.stride(0), y.stride(0), IEEE=x.dtype == torch.float32, **tiles)
     return y.reshape(*x.shape[:-1], n)
 
@@ -220,7 +220,7 @@ def mm_no_k_mask(x, qw):
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     data = torch.cat([qw.data.reshape(-1), torch.ones(256, dtype=torch.int8, device=x.device)])
     scales = torch.cat([qw.scales, torch.ones(8, dtype=torch.float16, device=x.device)])
-    tiles = ref.int8_matmul_tiles(m)
+    tiles = {key: v for key, v in ref.int8_matmul_tiles(m).items() if key != "SPLIT_K"}
     _mm_no_k_mask_kernel[(triton.cdiv(m, tiles["BLOCK_M"]), triton.cdiv(n, tiles["BLOCK_N"]))](
         x2, data, scales, y, m, n, k, x2.stride(0), y.stride(0), IEEE=True, **tiles)
     return y.reshape(*x.shape[:-1], n)
