@@ -175,10 +175,12 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
         "cpu": dict(BLOCKS=4, num_warps=4),
         "gpu": dict(BLOCKS=64, num_warps=4),
     },
-    # Lesson 07's fused AdamW8bit step: one program updates BLOCKS blocks of 256 values of one tensor. cpu: 4
-    # blocks (the interpreter's time grows with programs).
+    # Lesson 07's fused AdamW8bit step: one program updates BLOCKS blocks of 256 values of one tensor. cpu: 16
+    # blocks (the interpreter's time grows with programs: 3x faster than 4; the checks' tensors still span several
+    # programs and a ragged last one). gpu: any config took the same time on an H100 (0.622 ms for BLOCKS 1-4 and
+    # 2-8 warps on course-small: benchmarks/results/nvidia-h100-80gb-hbm3-2026-11-25-issue27-profiles.md).
     "adamw8bit": {
-        "cpu": dict(BLOCKS=4, num_warps=4),
+        "cpu": dict(BLOCKS=16, num_warps=4),
         "gpu": dict(BLOCKS=1, num_warps=2),
     },
     # The weight-only int8 matmul y = x Wᵀ, W in Q8_0: a program computes a BLOCK_N x BLOCK_M tile of yᵀ, stepping
