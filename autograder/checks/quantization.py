@@ -635,6 +635,8 @@ MATMUL_CASES = [
     MatmulCase((2, 32), 130, 320, "fp32", False),
     MatmulCase((5,), 33, 32, "fp32", False, layout="column slice"),
     MatmulCase((20,), 48, 512, "half", False, layout="transposed"),
+    MatmulCase((2, 50), 24, 96, "fp32", False),  # the tile classes of 100 and 300 rows, on a CPU too
+    MatmulCase((300,), 40, 64, "half", False),
     MatmulCase((5,), 33, 32, "all", True),
     MatmulCase((70,), 100, 512, "fp32", True),
     MatmulCase((3, 11), 257, 160, "half", True),
@@ -735,6 +737,8 @@ MATMUL_MEMORY_CASES = [
     # on the CPU, run once by both parts (hidden=None): the interpreter is slow, the meter's collections too
     MatmulMemoryCase(16, 256, 512, "fp32", None, cpu_only=True),
     MatmulMemoryCase(40, 96, 512, "fp16", None, cpu_only=True),
+    MatmulMemoryCase(100, 64, 256, "fp32", None, cpu_only=True),
+    MatmulMemoryCase(260, 32, 576, "fp16", None, cpu_only=True),  # K > 2M: the output stays under half of Ŵ
 ] + [MatmulMemoryCase(m, n, k, dtype, hidden, gpu_only=True)
      for m, n, k, dtype, hidden in ((16, 14336, 4096, "fp16", False), (64, 4096, 4096, "fp32", False),
                                     (48, 4096, 4096, "bf16", False), (1, 4096, 14336, "fp16", True),

@@ -196,6 +196,35 @@ def mm_other_tiles(x, qw):  # right: other tiles (16 x 16 outputs, 4 blocks of 3
     return y.reshape(*x.shape[:-1], n)
 
 
+def _mm_split(x, qw, split: int, zero=True, grid_splits=None):
+    """The reference kernel with SPLIT_K = split, its fp32 output zeroed or not, its grid's third axis grid_splits."""
+    ref.check_int8_matmul_inputs(x, qw)
+    n, k = qw.shape
+    x2 = x.reshape(-1, k).contiguous()
+    m = x2.shape[0]
+    tiles = {**ref.int8_matmul_tiles(m), "SPLIT_K": split}
+    y = (torch.zeros if zero else torch.empty)(m, n, dtype=torch.float32, device=x.device)
+    if split == 1:
+        y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if m and n:
+        grid = (triton.cdiv(m, tiles["BLOCK_M"]), triton.cdiv(n, tiles["BLOCK_N"]), grid_splits or split)
+        ref.int8_matmul_kernel[grid](x2, qw.data, qw.scales, y, m, n, k, x2.stride(0), y.stride(0),
+                                     IEEE=x.dtype == torch.float32, **tiles)
+    return y.to(x.dtype).reshape(*x.shape[:-1], n)
+
+
+def mm_split_k_not_zeroed(x, qw):  # atomic adds onto torch.empty: whatever the memory held is added too
+    return _mm_split(x, qw, 2, zero=False)
+
+
+def mm_split_k_one_slice_launched(x, qw):  # SPLIT_K = 2 in the kernel, but a grid of one slice: half of K summed
+    return _mm_split(x, qw, 2, grid_splits=1)
+
+
+def mm_split_k_3(x, qw):  # right: three slices of K, whatever the class of M (the last ones ragged or empty)
+    return _mm_split(x, qw, 3)
+
+
 @triton.jit
 def _mm_no_k_mask_kernel(x_ptr, data_ptr, scale_ptr, y_ptr, M, N, K, stride_xm, stride_ym,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr):

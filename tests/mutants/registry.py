@@ -322,8 +322,10 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
                       _q4("q4_fma", r"x · id \+ 8.5 rounded once, as an fma")],
             "right": [Right({"quantize_q4_0": "q4_quantize_8_blocks", "dequantize_q4_0": "q4_dequantize_8_blocks"})]},
         "int8_matmul": {"wrong": [Wrong("mm_one_scale_per_row", MAX_ERROR),
-                                  Wrong("mm_no_k_mask", r"weight 17? ?.*max \|error\||max \|error\|")],
-                        "right": [Right("mm_other_tiles")]},
+                                  Wrong("mm_no_k_mask", r"weight 17? ?.*max \|error\||max \|error\|"),
+                                  Wrong("mm_split_k_not_zeroed", r"NaN|max \|error\|"),
+                                  Wrong("mm_split_k_one_slice_launched", MAX_ERROR, visible=True)],
+                        "right": [Right("mm_other_tiles"), Right("mm_split_k_3")]},
         "int8_matmul_memory": {
             "wrong": [Wrong("mm_dequantize_then_matmul", r"a tensor of .* existed during the call; the dequantized "
                                                          r"weight|at least half the dequantized weight")],
