@@ -613,6 +613,7 @@ class MatmulCase:
     hidden: bool
     layout: str = "contiguous"  # or "column slice" (rows strided wider than K) or "transposed" (stride(-1) != 1)
     gpu_only: bool = False
+    values: str = "heavy-tailed"  # or "cancelling partial sums": the halves of K nearly cancel (see _cancelling)
 
     @property
     def m(self) -> int:
@@ -625,7 +626,7 @@ class MatmulCase:
 
     def axes(self) -> dict:
         return {"dtype": self.dtype_names(), "x_rank": len(self.lead) + 1, "x_layout": self.layout,
-                "tiles": lesson.int8_matmul_variant(self.m),
+                "tiles": lesson.int8_matmul_variant(self.m), "values": self.values,
                 "k_vs_block_k": "a multiple of BLOCK_K" if self.k % _block_k(self.m) == 0 else "ragged"}
 
 
@@ -637,6 +638,8 @@ MATMUL_CASES = [
     MatmulCase((20,), 48, 512, "half", False, layout="transposed"),
     MatmulCase((2, 50), 24, 96, "fp32", False),  # the tile classes of 100 and 300 rows, on a CPU too
     MatmulCase((300,), 40, 64, "half", False),
+    MatmulCase((16,), 40, 128, "half", False, values="cancelling partial sums"),
+    MatmulCase((33,), 24, 256, "half", True, values="cancelling partial sums"),
     MatmulCase((5,), 33, 32, "all", True),
     MatmulCase((70,), 100, 512, "fp32", True),
     MatmulCase((3, 11), 257, 160, "half", True),
@@ -697,24 +700,59 @@ def _matmul_invalid(int8_weight_matmul, case: MatmulInvalidCase) -> None:
                            why="saying K must be a multiple of 32")
 
 
+def _cancelling(case: MatmulCase, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, w) on the CPU in fp32 whose products over K's second half nearly cancel those over its first: x = [v, v]
+    x 100, w's second half = -(its first half) + noise of 2e-4. Each half's sum is about 100x the result, so
+    partial sums rounded to 16 bits (split K added in x's dtype) or a tile of Ŵ not rounded to x's dtype (a product
+    other than dequantize-then-matmul's) move the result by several times the tolerance; fp32 accumulation of the
+    rounded tile, as the text asks, stays well within it."""
+    gen = torch.Generator().manual_seed(seed)
+    half = case.k // 2
+    w = weights("heavy", (case.n, case.k), seed)
+    w[:, half:] = -w[:, :half] + 2e-4 * torch.randn(case.n, half, generator=gen)
+    v = torch.randn(case.m, half, generator=gen)
+    return torch.cat([v, v], dim=1).reshape(*case.lead, case.k) * 100, w
+
+
+def _matmul_hint(y, exact, dtype, case: MatmulCase) -> str:
+    """What a failed matmul's error looks like, where it has a known shape."""
+    rel = ((y.double() - exact).abs().max() / exact.abs().max().clamp_min(1e-30)).item()
+    if dtype == torch.float32 and 1e-5 < rel < 1e-2:
+        return (f" (relative error {rel:.1e}: about TF32's 10-bit precision; in fp32 pass "
+                "input_precision=\"ieee\" to tl.dot)")
+    if case.values == "cancelling partial sums":
+        return (" (the two halves of K nearly cancel here: accumulate in fp32, add split-K partial sums in an fp32 y, "
+                "and round each dequantized tile to x's dtype before tl.dot, as dequantize-then-matmul would)")
+    return ""
+
+
 def check_int8_matmul(int8_weight_matmul, cases: str = "visible") -> None:
     for seed, case in enumerate(_plan(MATMUL_CASES, cases)):
         for name in case.dtype_names():
             dtype = DTYPES[name]
-            x = _x_for(case, dtype, 90 + seed)
-            w = weights("heavy", (case.n, case.k), 91 + seed).to(memfit.DEVICE, dtype)
+            if case.values == "cancelling partial sums":
+                x, w = (t.to(memfit.DEVICE, dtype) for t in _cancelling(case, 91 + seed))
+            else:
+                x = _x_for(case, dtype, 90 + seed)
+                w = weights("heavy", (case.n, case.k), 91 + seed).to(memfit.DEVICE, dtype)
             qw = reference_q8_0(w)
             w_hat = decode("q8_0", qw.data.cpu(), qw.scales.cpu(), case.n * case.k).view(case.n, case.k)
             w_hat = w_hat.to(memfit.DEVICE, dtype)
             view = "" if case.layout == "contiguous" else f", a {case.layout} view"
+            values = "" if case.values == "heavy-tailed" else f", {case.values} (K's halves)"
+            tiles = lesson.int8_matmul_tiles(case.m)
             what = (f"int8_weight_matmul(x of shape {tuple(x.shape)}{view}, {_name(dtype)}; weight {case.n} x "
-                    f"{case.k} in Q8_0)")
+                    f"{case.k} in Q8_0{values}; int8_matmul_tiles gives BLOCK_K {tiles['BLOCK_K']}, "
+                    f"SPLIT_K {tiles['SPLIT_K']})")
             with guarded_allocations(what), _tf32_like_a_gpu():
                 y = _call_pure_q(int8_weight_matmul, x, qw, what=what)
             exact = x.double() @ w_hat.double().T
             same = x @ w_hat.T
             floor = 4 * math.sqrt(case.k) if dtype == torch.float32 else 4.0
-            assert_close_by_rule(y, exact, same, what, floor_ulps=floor)
+            try:
+                assert_close_by_rule(y, exact, same, what, floor_ulps=floor)
+            except CheckFailed as failed:
+                raise CheckFailed(str(failed) + _matmul_hint(y, exact, dtype, case)) from None
     for case in _plan(MATMUL_INVALID_CASES, cases):
         _matmul_invalid(int8_weight_matmul, case)
 
@@ -1120,6 +1158,7 @@ AXES = {
     "q8_0": _BLOCK_AXES,
     "q4_0": _BLOCK_AXES,
     "int8_matmul": {"dtype": PROFILE_DTYPES, "x_rank": (1, 2, 3), "x_layout": ("contiguous", "column slice", "transposed"),
+                    "values": ("heavy-tailed", "cancelling partial sums"),
                     "tiles": INT8_VARIANTS, "k_vs_block_k": ("a multiple of BLOCK_K", "ragged"),
                     "invalid": ("K mismatch", "int x", "other format", "K not a multiple of 32")},
     "int8_matmul_memory": {"dtype": PROFILE_DTYPES, "tiles": INT8_VARIANTS, "kept": ("after the call",)},

@@ -243,7 +243,8 @@ what = {"q8_0": "llama.cpp's bytes: every scale and code exact (halves, near hal
                 "bound; zeros, ragged n; fp32/fp16/bf16; no PyTorch math",
         "q4_0": "llama.cpp's bytes: signed scale, the tie rule, every code exact; nibble layout decoded by the "
                 "check",
-        "int8_matmul": "vs x·Ŵᵀ, tolerance by the course's rule; ragged M, N, K; bad input raises",
+        "int8_matmul": "vs x·Ŵᵀ, tolerance by the course's rule; ragged M, N, K; every tile class; split K; halves of K "
+                       "that cancel; bad input raises",
         "int8_matmul_memory": "no tensor half the size of Ŵ during the call",
         "blockwise": "nearest level of the code; fp32 absmax per 256; zero blocks",
         "adamw8bit_step": "step 1 = AdamW; 8 steps vs float64 run; ≤ 1 B/param scratch",

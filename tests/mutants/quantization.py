@@ -196,14 +196,15 @@ def mm_other_tiles(x, qw):  # right: other tiles (16 x 16 outputs, 4 blocks of 3
     return y.reshape(*x.shape[:-1], n)
 
 
-def _mm_split(x, qw, split: int, zero=True, grid_splits=None):
-    """The reference kernel with SPLIT_K = split, its fp32 output zeroed or not, its grid's third axis grid_splits."""
+def _mm_split(x, qw, split: int, zero=True, grid_splits=None, y_dtype=torch.float32):
+    """The reference kernel with SPLIT_K = split, its output (fp32) zeroed or not, its grid's third axis
+    grid_splits."""
     ref.check_int8_matmul_inputs(x, qw)
     n, k = qw.shape
     x2 = x.reshape(-1, k).contiguous()
     m = x2.shape[0]
     tiles = {**ref.int8_matmul_tiles(m), "SPLIT_K": split}
-    y = (torch.zeros if zero else torch.empty)(m, n, dtype=torch.float32, device=x.device)
+    y = (torch.zeros if zero else torch.empty)(m, n, dtype=y_dtype, device=x.device)
     if split == 1:
         y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m and n:
@@ -219,6 +220,14 @@ def mm_split_k_not_zeroed(x, qw):  # atomic adds onto torch.empty: whatever the 
 
 def mm_split_k_one_slice_launched(x, qw):  # SPLIT_K = 2 in the kernel, but a grid of one slice: half of K summed
     return _mm_split(x, qw, 2, grid_splits=1)
+
+
+def mm_split_k_in_x_dtype(x, qw):  # the slices' partial sums added into a zeroed y of x's dtype, not fp32
+    return _mm_split(x, qw, 2, y_dtype=x.dtype)
+
+
+def mm_tile_not_rounded(x, qw):  # x upcast to fp32 and the tile of Ŵ kept in fp32: not dequantize-then-matmul's product
+    return ref.int8_weight_matmul(x.float(), qw).to(x.dtype)
 
 
 def mm_split_k_3(x, qw):  # right: three slices of K, whatever the class of M (the last ones ragged or empty)

@@ -324,7 +324,9 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
         "int8_matmul": {"wrong": [Wrong("mm_one_scale_per_row", MAX_ERROR),
                                   Wrong("mm_no_k_mask", r"weight 17? ?.*max \|error\||max \|error\|"),
                                   Wrong("mm_split_k_not_zeroed", r"NaN|max \|error\|"),
-                                  Wrong("mm_split_k_one_slice_launched", MAX_ERROR, visible=True)],
+                                  Wrong("mm_split_k_one_slice_launched", MAX_ERROR, visible=True),
+                                  Wrong("mm_split_k_in_x_dtype", r"halves of K nearly cancel", visible=True),
+                                  Wrong("mm_tile_not_rounded", r"halves of K nearly cancel", visible=True)],
                         "right": [Right("mm_other_tiles"), Right("mm_split_k_3")]},
         "int8_matmul_memory": {
             "wrong": [Wrong("mm_dequantize_then_matmul", r"a tensor of .* existed during the call; the dequantized "
