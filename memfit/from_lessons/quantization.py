@@ -485,8 +485,10 @@ def adamw8bit_kernel(table_ptr, starts_ptr, n_tensors, m_code_ptr, v_code_ptr, m
         live = blocks * BLOCK < n
         m_absmax = tl.max(tl.abs(m), axis=1)
         v_absmax = tl.max(v, axis=1)
-        m_q = _nearest_level(tl.math.div_rn(m, tl.where(m_absmax > 0, m_absmax, 1.0)[:, None]), m_mids_ptr, M_MIDS, True)
-        v_q = _nearest_level(tl.math.div_rn(v, tl.where(v_absmax > 0, v_absmax, 1.0)[:, None]), v_mids_ptr, V_MIDS, False)
+        m_r = tl.math.div_rn(m, tl.where(m_absmax > 0, m_absmax, 1.0)[:, None])  # in [-1, 1]
+        v_r = tl.math.div_rn(v, tl.where(v_absmax > 0, v_absmax, 1.0)[:, None])  # in [0, 1]
+        m_q = _nearest_level(m_r, m_mids_ptr, M_MIDS, True)
+        v_q = _nearest_level(v_r, v_mids_ptr, V_MIDS, False)
         tl.store(tl.load(row + 2).to(tl.pointer_type(tl.uint8)) + offs, m_q.to(tl.uint8), mask=inside)
         tl.store(tl.load(row + 3).to(tl.pointer_type(tl.uint8)) + offs, v_q.to(tl.uint8), mask=inside)
         tl.store(tl.load(row + 4).to(tl.pointer_type(tl.float32)) + blocks, m_absmax, mask=live)
@@ -503,6 +505,11 @@ class FusedAdamW8bit(AdamW8bit):
     """AdamW8bit's states and numbers; its step is one kernel launch for all the parameters of a group that share
     a dtype and a step count, however many they are (`chunk` is accepted and unused: the kernel keeps no fp32
     copy of a state)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._tables = {}  # launch tables by the addresses they hold (see _table)
+        self._mids = None  # the codes' midpoints, on the parameters' device (see _midpoints)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -537,8 +544,7 @@ class FusedAdamW8bit(AdamW8bit):
         Kept while the tensors stay where they are: a training loop's gradients come back at the same addresses,
         and the step then costs one launch and no copy."""
         key = tuple((p.data_ptr(), p.grad.data_ptr(), self.state[p]["m"].data_ptr(), p.numel()) for p in params)
-        tables = self.__dict__.setdefault("_tables", {})
-        cached = tables.get(key)
+        cached = self._tables.get(key)
         if cached is None:
             cfg = memfit.hardware.config("adamw8bit")
             rows, programs = [], [0]
@@ -551,14 +557,14 @@ class FusedAdamW8bit(AdamW8bit):
             device = params[0].device
             cached = (torch.tensor(rows, dtype=torch.int64, device=device),
                       torch.tensor(programs[:-1], dtype=torch.int32, device=device), programs[-1], cfg)
-            if len(tables) >= 8:  # a few layouts (one per launch); an old one's addresses may come back reused
-                tables.clear()
-            tables[key] = cached
+            if len(self._tables) >= 8:  # a few layouts (one per launch); an old one's addresses may come back reused
+                self._tables.clear()
+            self._tables[key] = cached
         return cached
 
     def _midpoints(self, device) -> dict:
         """The midpoints between the codes' levels (the nearest level is found among them), once per device."""
-        mids = self.__dict__.get("_mids")
+        mids = self._mids
         if mids is None or mids["m"].device != device:
             self.codes = {k: c.to(device) for k, c in self.codes.items()}
             mids = self._mids = {k: ((c[1:] + c[:-1]) / 2).contiguous() for k, c in self.codes.items()}

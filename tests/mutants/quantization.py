@@ -183,30 +183,20 @@ def mm_one_scale_per_row(x, qw):  # every block of a row scaled by the row's fir
     return ref.int8_weight_matmul(x, Q("q8_0", qw.data, scales.contiguous(), qw.shape, qw.dtype))
 
 
-def mm_other_tiles(x, qw):  # right: other tiles (16 x 16 outputs, 4 blocks of 32 along K per step), one slice of K
+def _mm_launch(x, qw, split=None, tiles=None, zero=None, grid_splits=None, y_dtype=None):
+    """The reference kernel, launched as a variant would: `tiles` (default: int8_matmul_tiles(M)) with SPLIT_K =
+    `split` if given; y in `y_dtype` (default: fp32 when K is split, else x's dtype), zeroed or not (default: when
+    K is split); the grid's third axis `grid_splits` (default: SPLIT_K)."""
     ref.check_int8_matmul_inputs(x, qw)
     n, k = qw.shape
     x2 = x.reshape(-1, k).contiguous()
     m = x2.shape[0]
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    tiles = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=128, SPLIT_K=1, num_warps=4)  # and never split K
-    if m and n:
-        ref.int8_matmul_kernel[(triton.cdiv(m, 16), triton.cdiv(n, 16), 1)](
-            x2, qw.data, qw.scales, y, m, n, k, x2.stride(0), y.stride(0), IEEE=x.dtype == torch.float32, **tiles)
-    return y.reshape(*x.shape[:-1], n)
-
-
-def _mm_split(x, qw, split: int, zero=True, grid_splits=None, y_dtype=torch.float32):
-    """The reference kernel with SPLIT_K = split, its output (fp32) zeroed or not, its grid's third axis
-    grid_splits."""
-    ref.check_int8_matmul_inputs(x, qw)
-    n, k = qw.shape
-    x2 = x.reshape(-1, k).contiguous()
-    m = x2.shape[0]
-    tiles = {**ref.int8_matmul_tiles(m), "SPLIT_K": split}
+    tiles = dict(tiles or ref.int8_matmul_tiles(m))
+    tiles["SPLIT_K"] = split or tiles["SPLIT_K"]
+    split = tiles["SPLIT_K"]
+    zero = split > 1 if zero is None else zero
+    y_dtype = y_dtype or (torch.float32 if split > 1 else x.dtype)
     y = (torch.zeros if zero else torch.empty)(m, n, dtype=y_dtype, device=x.device)
-    if split == 1:
-        y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m and n:
         grid = (triton.cdiv(m, tiles["BLOCK_M"]), triton.cdiv(n, tiles["BLOCK_N"]), grid_splits or split)
         ref.int8_matmul_kernel[grid](x2, qw.data, qw.scales, y, m, n, k, x2.stride(0), y.stride(0),
@@ -214,24 +204,28 @@ def _mm_split(x, qw, split: int, zero=True, grid_splits=None, y_dtype=torch.floa
     return y.to(x.dtype).reshape(*x.shape[:-1], n)
 
 
+def mm_other_tiles(x, qw):  # right: other tiles (16 x 16 outputs, 4 blocks of 32 along K per step), one slice of K
+    return _mm_launch(x, qw, tiles=dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=128, SPLIT_K=1, num_warps=4))
+
+
 def mm_split_k_not_zeroed(x, qw):  # atomic adds onto torch.empty: whatever the memory held is added too
-    return _mm_split(x, qw, 2, zero=False)
+    return _mm_launch(x, qw, 2, zero=False)
 
 
 def mm_split_k_one_slice_launched(x, qw):  # SPLIT_K = 2 in the kernel, but a grid of one slice: half of K summed
-    return _mm_split(x, qw, 2, grid_splits=1)
+    return _mm_launch(x, qw, 2, grid_splits=1)
 
 
 def mm_split_k_in_x_dtype(x, qw):  # the slices' partial sums added into a zeroed y of x's dtype, not fp32
-    return _mm_split(x, qw, 2, y_dtype=x.dtype)
+    return _mm_launch(x, qw, 2, y_dtype=x.dtype)
 
 
-def mm_tile_not_rounded(x, qw):  # x upcast to fp32 and the tile of Ŵ kept in fp32: not dequantize-then-matmul's product
+def mm_tile_not_rounded(x, qw):  # x upcast to fp32, the tile of Ŵ kept in fp32: not dequantize-then-matmul's product
     return ref.int8_weight_matmul(x.float(), qw).to(x.dtype)
 
 
 def mm_split_k_3(x, qw):  # right: three slices of K, whatever the class of M (the last ones ragged or empty)
-    return _mm_split(x, qw, 3)
+    return _mm_launch(x, qw, 3)
 
 
 @triton.jit
