@@ -501,6 +501,14 @@ def adamw8bit_kernel(table_ptr, starts_ptr, n_tensors, m_code_ptr, v_code_ptr, m
 TRITON_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
+def _to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """A small host tensor on `device` without waiting: from pageable memory a copy to a GPU synchronizes, and the
+    host would stop running ahead of the GPU in the middle of a training step."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 class FusedAdamW8bit(AdamW8bit):
     """AdamW8bit's states and numbers; its step is one kernel launch for all the parameters of a group that share
     a dtype and a step count, however many they are (`chunk` is accepted and unused: the kernel keeps no fp32
@@ -555,8 +563,8 @@ class FusedAdamW8bit(AdamW8bit):
                 rows.append([x.data_ptr() for x in tensors] + [0] * (2 - 2 * eight_bit) + [p.numel(), int(eight_bit)])
                 programs.append(programs[-1] + triton.cdiv(p.numel(), STATE_BLOCK * cfg["BLOCKS"]))
             device = params[0].device
-            cached = (torch.tensor(rows, dtype=torch.int64, device=device),
-                      torch.tensor(programs[:-1], dtype=torch.int32, device=device), programs[-1], cfg)
+            cached = (_to_device(torch.tensor(rows, dtype=torch.int64), device),
+                      _to_device(torch.tensor(programs[:-1], dtype=torch.int32), device), programs[-1], cfg)
             if len(self._tables) >= 8:  # a few layouts (one per launch); an old one's addresses may come back reused
                 self._tables.clear()
             self._tables[key] = cached
