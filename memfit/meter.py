@@ -131,6 +131,11 @@ class LiveTensorMeter(TorchDispatchMode):
         return out
 
 
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(t, FakeTensor)
+
+
 def _has_storage(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type != "meta"
 
@@ -238,7 +243,7 @@ def _result_bytes(result: Any, made_by_the_call: Callable) -> int:
         if _has_storage(t):
             storage = t.untyped_storage()
             if made_by_the_call(storage):
-                seen[storage.data_ptr()] = storage.nbytes()
+                seen[id(storage) if _is_fake(t) else storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
 
 
@@ -342,7 +347,8 @@ def measure_peak(fn: Callable, *args, device=None, meter: str | None = None, war
             result = fn(*args, **kwargs)
         peak = counting.peak
     gc.collect()
-    given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if _has_storage(t)}
+    # (a fake tensor, FakeTensorMode's, has no address: the live meter, the one that counts those, needs none)
+    given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if _has_storage(t) and not _is_fake(t)}
     kept = counting.current - _result_bytes(result, lambda storage: counting.created(storage, given))
     return result, MemoryReport(peak, counting.name, str(dev), counting.ops, counting.largest,
                                 max(kept_first, kept, 0))

@@ -47,9 +47,11 @@ class Trainer:
             _check_choice("optimizer", optimizer, OPTIMIZERS)
         self.cfg, self.precision, self.device = cfg, precision, torch.device(device or DEVICE)
         torch.manual_seed(seed)
-        self.model = GPT(cfg, recompute).to(self.device)
-        if precision == "bf16":
-            self.model.to(torch.bfloat16)
+        self.model = GPT(cfg, recompute)
+        # each parameter's data moved rather than module.to(): the same for this model (no buffers, a tied weight
+        # is one Parameter), and it also works under FakeTensorMode, where module.to() fails to swap parameters
+        for p in self.model.parameters():
+            p.data = p.data.to(self.device, torch.bfloat16 if precision == "bf16" else p.dtype)
         params = list(self.model.parameters())
         if callable(optimizer):
             self.optimizer = optimizer(params)
