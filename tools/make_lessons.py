@@ -129,12 +129,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report whether lessons/ is stale")
     args = parser.parse_args(argv)
+    stale = []
+    # the library first: a lesson's checks import its reference code, and the next step imports the checks
+    for lesson in lessons():
+        code, target = saved_code(lesson), library_path(lesson)
+        if code is None or (target.exists() and target.read_text() == code):
+            continue
+        stale.append(f"memfit/from_lessons/{target.name}")
+        if not args.check:
+            target.write_text(code)
+            print(f"wrote memfit/from_lessons/{target.name}")
     disagreeing = [f"{lesson}: {problem}" for lesson in lessons() for problem in graded_cells_disagreeing(lesson)]
     for problem in disagreeing:
         print(problem)
     if disagreeing:
         return 1
-    stale = []
     with tempfile.TemporaryDirectory(prefix="nbgrader-") as tmp:
         generate = releaser(Path(tmp))
         for lesson in lessons():
@@ -147,14 +156,6 @@ def main(argv=None) -> int:
                 target.parent.mkdir(exist_ok=True)
                 target.write_text(text)
                 print(f"wrote lessons/{lesson}.ipynb")
-    for lesson in lessons():
-        code, target = saved_code(lesson), library_path(lesson)
-        if code is None or (target.exists() and target.read_text() == code):
-            continue
-        stale.append(f"memfit/from_lessons/{target.name}")
-        if not args.check:
-            target.write_text(code)
-            print(f"wrote memfit/from_lessons/{target.name}")
     generated = {f"{lesson}.ipynb" for lesson in lessons()}
     orphans = sorted(p.name for p in (ROOT / "lessons").glob("*.ipynb") if p.name not in generated)
     if args.check:

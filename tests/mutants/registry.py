@@ -2,7 +2,7 @@
 
     REGISTRY[lesson][check name] = {"wrong": [Wrong(...), ...], "right": [Right(...), ...]}
 
-One key per lesson 00-07 and, inside it, one key per Check of autograder/checks/<topic>.py's CHECKS (the
+One key per lesson 00-08 and, inside it, one key per Check of autograder/checks/<topic>.py's CHECKS (the
 check's name is its nbgrader grade_id). An entry's `functions` names attributes of tests/mutants/<topic>.py, the
 lesson's mutant module (`mutant_module(lesson)`), that stand in for the learner functions the check is given
 (Check.uses):
@@ -93,6 +93,10 @@ def _scaled_add(*wrong: Wrong) -> dict:
 
 def _q8(quantize: str, message: str, dequantize: str = "q8_dequantize", visible: bool = False) -> Wrong:
     return Wrong({"quantize_q8_0": quantize, "dequantize_q8_0": dequantize}, message, visible=visible)
+
+
+def _nf4(quantize: str, dequantize: str, message: str) -> Wrong:
+    return Wrong({"quantize_nf4": quantize, "dequantize_nf4": dequantize}, message, visible=True)
 
 
 def _q4(quantize: str, message: str, visible: bool = False) -> Wrong:
@@ -353,6 +357,55 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
         "adamw8bit_convergence": {
             "wrong": [Wrong("adam_no_bias_correction", r"the mean loss of steps .* AdamW's is .* the margin is 2%")],
             "right": []},
+    },
+    "08_fine_tune": {
+        # visible=True: each mistake the text warns about fails the notebook's own check cell.
+        "lora_state_bytes": {
+            "wrong": [Wrong("lora_bytes_unfused_gate_up", r"\['trainable'\]: expected .* w13", visible=True),
+                      Wrong("lora_bytes_adapters_in_base_dtype", r"the adapters are fp32", visible=True),
+                      Wrong("lora_bytes_ignores_gqa", r"grouped-query attention", visible=True),
+                      Wrong("lora_bytes_grads_for_every_parameter", r"\['grads'\]: expected", visible=True),
+                      Wrong("lora_bytes_adam_with_master", r"\['optimizer'\]: expected", visible=True),
+                      Wrong("lora_bytes_head_in_every_block", r"\['trainable'\]: expected", visible=True),
+                      Wrong("lora_bytes_no_validation", r"returned a value: raise ValueError", visible=True)],
+            "right": [Right("lora_bytes_by_building")]},
+        "lora_function": {
+            "wrong": [Wrong("LoRANoScaleInBackward", r"d lora_a: max \|error\|.*dA = scale", visible=True),
+                      Wrong("LoRAScaleSquaredInDB", r"d lora_b: max \|error\|", visible=True),
+                      Wrong("LoRADxWithoutAdapter", r"dx: max \|error\|.*dx = dy W \+ scale", visible=True),
+                      Wrong("LoRAFlatView", r"transposed .* raised RuntimeError: view size", raises=LearnerCodeError,
+                            visible=True),
+                      Wrong("LoRANoValidation", r"raise ValueError", visible=True)],
+            "right": [Right("LoRAEinsum"), Right("LoRAMergedWeight"), Right("LoRASavesCopy")]},
+        "lora_memory": {
+            "wrong": [Wrong("LoRASavesCopy", r"the forward keeps .*that is a copy of x", visible=True),
+                      Wrong("LoRAMergedWeight", r"the forward's peak .* do not form W \+ scale·B A", visible=True),
+                      Wrong("LoRAAlwaysComputesDx", r"compute dx only when ctx.needs_input_grad\[0\]", visible=True),
+                      Wrong("LoRAComputesDW", r"the backward's peak .* nothing of its size", visible=True)],
+            "right": [Right("LoRAEinsum"), Right("LoRANoScaleInBackward")]},
+        "nf4_code": {
+            "wrong": [Wrong("nf4_code_symmetric", r"8 levels above zero and 8 below, NF4 has 8 and 7", visible=True),
+                      Wrong("nf4_code_offset_099", r"\(published\), got", visible=True),
+                      Wrong("nf4_code_float64", r"should return 16 fp32 values", visible=True),
+                      Wrong("nf4_code_not_normalized", r"divide by the largest", visible=True)],
+            "right": [Right("nf4_code_fp32_probabilities")]},
+        "nf4": {
+            "wrong": [_nf4("nf4_quantize_swapped_nibbles", "nf4_dequantize", r"the nibbles are swapped"),
+                      _nf4("nf4_quantize_ties_up", "nf4_dequantize", r"exactly a midpoint, which goes to the lower"),
+                      _nf4("nf4_quantize_midpoints_in_float64", "nf4_dequantize", r"exactly a midpoint"),
+                      _nf4("nf4_quantize_signed_max", "nf4_dequantize", r"absmax.* expected .*max \|w\|"),
+                      _nf4("nf4_quantize_zero_block_nan", "nf4_dequantize", r"should be index 7"),
+                      _nf4("nf4_quantize_blocks_down_columns", "nf4_dequantize", r"absmax.* expected"),
+                      _nf4("nf4_quantize_pads_ragged", "nf4_dequantize", r"not a multiple of 64 tensor returned a value"),
+                      _nf4(REF, "nf4_dequantize_in_w_dtype", r"level × absmax, in fp32"),
+                      _nf4(REF, "nf4_dequantize_swapped_nibbles", r"level × absmax, in fp32")],
+            "right": [Right({"quantize_nf4": "nf4_quantize_by_distance", "dequantize_nf4": "nf4_dequantize_by_table"})]},
+        "fake_step_memory": {
+            "wrong": [Wrong("fake_step_real_tensors", r"of real tensors: build the trainer", visible=True),
+                      Wrong("fake_step_trainer_outside", r"the same step on real tensors", visible=True),
+                      Wrong("fake_step_first_step", r"differ from the real step's", visible=True),
+                      Wrong("fake_step_forward_only", r"the same step on real tensors", visible=True)],
+            "right": [Right("fake_step_meta_device")]},
     },
 }
 

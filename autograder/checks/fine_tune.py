@@ -1,0 +1,749 @@
+"""Checks of lesson 08 (solutions/08_fine_tune.ipynb): LoRA's bytes against models built with adapters and a
+measured step, a LoRA autograd function's numerics (the course's rule) and memory (both meters), NF4's code
+against its published table, NF4 quantize / dequantize byte for byte, and a step measured on fake tensors
+against the real one and lesson 02's formula.
+
+Each check iterates over a plan of case records; AXES lists what the exercises' text lets vary and case_axes reads
+the same records."""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+import memfit
+import memfit.from_lessons.fine_tune as reference  # imported before the grading child's guards go up
+from autograder.checks import Check, CheckFailed, call_learner, check_cases, expect_value_error
+from autograder.checks.numerics import assert_close_by_rule, case_dtypes, dtype_name, expect_like, seeded_randn
+from memfit.gpt import COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, GPTConfig, unique_parameters
+from memfit.meter import LIVE_TENSORS, format_bytes, open_meter
+
+
+def _plan(records, cases: str) -> list:
+    visible, hidden = check_cases(cases)
+    return [r for r in records if (hidden if r.hidden else visible)]
+
+
+def _attention(cfg: GPTConfig) -> str:
+    if cfg.n_kv_heads == cfg.n_heads:
+        return "MHA"
+    return "MQA" if cfg.n_kv_heads == 1 else "GQA"
+
+
+# ------------------------------------------------------------------------------------------ lora_state_bytes
+
+MQA = GPTConfig(vocab_size=1001, d_model=96, n_layers=5, n_heads=12, n_kv_heads=1, ffn_hidden=250, name="odd (MQA)")
+TARGET_SETS = {"default": reference.DEFAULT_TARGETS, "all five": reference.LORA_TARGETS, "one": None, "two": None}
+
+
+@dataclass(frozen=True)
+class LoraBytesCase:
+    cfg: GPTConfig
+    r: int
+    targets: tuple
+    base_dtype: torch.dtype
+    hidden: bool
+    measured: bool = False  # also train one step and compare with the meter
+
+    def axes(self) -> dict:
+        kind = ("default" if self.targets == reference.DEFAULT_TARGETS else
+                "all five" if self.targets == reference.LORA_TARGETS else "one" if len(self.targets) == 1 else "two")
+        return {"targets": kind, "target": self.targets, "attention": _attention(self.cfg),
+                "tied_head": self.cfg.tie_embeddings, "base_dtype": dtype_name(self.base_dtype),
+                "r": "1" if self.r == 1 else "> 32" if self.r > 32 else "2-32",
+                "size": "> int32" if self.cfg.n_layers * self.cfg.d_model ** 2 * 12 > 2**31 else "small",
+                "measured": self.measured}
+
+    def what(self) -> str:
+        return (f"lora_state_bytes({self.cfg.name}, r={self.r}, targets={self.targets}, "
+                f"base_dtype=torch.{dtype_name(self.base_dtype)})")
+
+
+T8 = reference.DEFAULT_TARGETS
+LORA_BYTES_CASES = [
+    LoraBytesCase(COURSE_CONFIGS["tiny"], 8, T8, torch.bfloat16, False),
+    LoraBytesCase(COURSE_CONFIGS["tiny-mha"], 4, ("wqkv", "head"), torch.float32, False, measured=True),
+    LoraBytesCase(COURSE_CONFIGS["small"], 1, ("w2",), torch.float16, False),
+    LoraBytesCase(LLAMA_3_1_8B, 64, reference.LORA_TARGETS, torch.bfloat16, False),
+    LoraBytesCase(COURSE_CONFIGS["tiny"], 16, ("wo", "w13"), torch.float32, False, measured=True),
+    LoraBytesCase(MQA, 2, ("wqkv", "w2"), torch.bfloat16, False),
+    LoraBytesCase(COURSE_CONFIGS["medium"], 32, reference.LORA_TARGETS, torch.float16, True),
+    LoraBytesCase(LLAMA_3_2_1B, 64, ("head", "w13"), torch.bfloat16, True),
+    LoraBytesCase(MQA, 3, ("wqkv",), torch.float32, True),
+    LoraBytesCase(LLAMA_3_1_70B, 16, T8, torch.bfloat16, True),
+    LoraBytesCase(LLAMA_3_1_8B, 1, ("wo",), torch.float16, True),
+    LoraBytesCase(COURSE_CONFIGS["tiny-mha"], 40, T8, torch.bfloat16, True, measured=True),
+    LoraBytesCase(MQA, 5, ("w2", "head"), torch.float32, True, measured=True),
+]
+
+
+@dataclass(frozen=True)
+class InvalidLoraCase:
+    argument: str
+    value: object
+    hidden: bool
+
+    def axes(self) -> dict:
+        return {"invalid": self.argument}
+
+    def call(self, fn):
+        kwargs = {"r": 4, "targets": T8, "base_dtype": torch.bfloat16, self.argument: self.value}
+        return lambda: fn(COURSE_CONFIGS["tiny"], kwargs["r"], kwargs["targets"], kwargs["base_dtype"])
+
+
+INVALID_LORA_CASES = [
+    InvalidLoraCase("r", 0, False), InvalidLoraCase("r", 2.0, False), InvalidLoraCase("targets", (), False),
+    InvalidLoraCase("targets", ("wq",), False), InvalidLoraCase("targets", ("wo", "wo"), False),
+    InvalidLoraCase("base_dtype", torch.int8, False),
+    InvalidLoraCase("r", -3, True), InvalidLoraCase("r", True, True), InvalidLoraCase("targets", ("WQKV",), True),
+    InvalidLoraCase("targets", ("w2", "w13", "w2"), True), InvalidLoraCase("base_dtype", torch.float64, True),
+]
+
+
+def _built_lora(cfg: GPTConfig, r: int, targets) -> tuple[int, int]:
+    """(trainable, frozen) parameter counts of the model built on the meta device with the reference adapters."""
+    with torch.device("meta"):
+        model = reference.add_lora(GPT(cfg), r, 16.0, targets)
+    params = unique_parameters(model)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    return trainable, sum(p.numel() for p in params) - trainable
+
+
+@functools.lru_cache(maxsize=None)
+def true_lora_counts(cfg: GPTConfig, r: int, targets: tuple) -> tuple[int, int]:
+    """Built, not derived: a deep model's counts from its one- and two-layer versions (its layers are identical)."""
+    if cfg.n_layers <= 2:
+        return _built_lora(cfg, r, targets)
+    one, two = _built_lora(cfg.scaled(n_layers=1), r, targets), _built_lora(cfg.scaled(n_layers=2), r, targets)
+    return tuple(a + (cfg.n_layers - 1) * (b - a) for a, b in zip(one, two))
+
+
+def expected_lora_bytes(cfg: GPTConfig, r: int, targets: tuple, base_dtype: torch.dtype) -> dict:
+    trainable, frozen = true_lora_counts(cfg, r, tuple(targets))
+    base = torch.empty((), dtype=base_dtype).element_size()
+    return {"trainable": trainable, "params": frozen * base + 4 * trainable, "grads": 4 * trainable,
+            "optimizer": 8 * trainable}
+
+
+def measured_lora_bytes(cfg: GPTConfig, r: int, targets: tuple, base_dtype: torch.dtype) -> dict:
+    """The bytes a real step leaves: parameters, the gradients after backward, AdamW's states after the step."""
+    trainer = reference.lora_trainer(cfg, r, targets, base_dtype, device="cpu")
+    from memfit.training import random_batch
+    idx, tgt = random_batch(cfg, 2, 16, "cpu")
+    loss = trainer.model(idx, tgt)
+    loss.backward()
+    params = unique_parameters(trainer.model)
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+    trainer.optimizer.step()
+    states = trainer.state_bytes()
+    return {"trainable": sum(p.numel() for p in params if p.requires_grad), "params": states["params"],
+            "grads": grads, "optimizer": states["optimizer"]}
+
+
+def _lora_hint(case: LoraBytesCase, key: str, diff: int) -> str:
+    cfg, r = case.cfg, case.r
+    h, f, kv = cfg.d_model, cfg.ffn_hidden, cfg.n_kv_heads * cfg.head_dim
+    per_block = {"wqkv": r * (2 * h + 2 * kv), "wo": r * 2 * h, "w13": r * (h + 2 * f), "w2": r * (f + h)}
+    unit = {"trainable": 1, "params": 4, "grads": 4, "optimizer": 8}[key]
+    hints: dict[int, list[str]] = {}
+
+    def add(diff_: int, text: str) -> None:
+        hints.setdefault(diff_, []).append(text)
+
+    for name, v in per_block.items():
+        add(unit * cfg.n_layers * v, f"the {name} adapters of every block")
+        add(unit * v, f"one block's {name} adapter")
+    add(unit * r * (h + cfg.vocab_size), "the head's adapter, r·(d_model + vocab_size)")
+    add(unit * cfg.n_layers * r * 2 * (h - kv), "wqkv's output: d_model + 2·kv with kv = n_kv_heads·head_dim "
+                                                "(grouped-query attention)")
+    add(unit * cfg.n_layers * r * h, "w13's input: one matrix (gate and up fused), one adapter, r·(d_model + 2·ffn_hidden)")
+    add(unit * cfg.n_layers * r * f, "w13's output is 2·ffn_hidden (gate and up in one matrix)")
+    hint = " or ".join(hints.get(abs(diff), [])) or None
+    if key == "params" and hint is None:
+        base = torch.empty((), dtype=case.base_dtype).element_size()
+        n = true_lora_counts(cfg, r, case.targets)
+        if diff % n[1] == 0:
+            hint = f"the frozen base's bytes per parameter ({base} in {dtype_name(case.base_dtype)})"
+        elif diff == (4 - base) * n[0] or diff == -(4 - base) * n[0]:
+            hint = "the adapters are fp32, whatever the base's dtype"
+    return f" (the difference is {hint})" if hint else ""
+
+
+def _compare_lora_bytes(got, want: dict, case: LoraBytesCase, source: str) -> None:
+    if not isinstance(got, dict):
+        raise CheckFailed(f"{case.what()} should return a dict with keys {sorted(want)}, got {type(got).__name__}")
+    if set(got) != set(want):
+        raise CheckFailed(f"{case.what()}: expected the keys {sorted(want)}, got {sorted(got)}")
+    for key in ("trainable", "params", "grads", "optimizer"):
+        value = got[key]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise CheckFailed(f"{case.what()}[{key!r}] should be an int, got {type(value).__name__} {value!r}")
+        if value != want[key]:
+            raise CheckFailed(f"{case.what()}[{key!r}]: expected {want[key]:,} ({source}), got {value:,}: off by "
+                              f"{value - want[key]:+,}{_lora_hint(case, key, value - want[key])}")
+
+
+def check_lora_state_bytes(lora_state_bytes, cases: str = "visible") -> None:
+    for case in _plan(LORA_BYTES_CASES, cases):
+        got = call_learner(lora_state_bytes, case.cfg, case.r, case.targets, case.base_dtype, what=case.what())
+        _compare_lora_bytes(got, expected_lora_bytes(case.cfg, case.r, case.targets, case.base_dtype), case,
+                            "the model built with the adapters")
+        if case.measured:
+            _compare_lora_bytes(got, measured_lora_bytes(case.cfg, case.r, case.targets, case.base_dtype), case,
+                                "measured after a training step on the CPU")
+    for case in _plan(INVALID_LORA_CASES, cases):
+        expect_value_error(case.call(lora_state_bytes), what=f"lora_state_bytes(..., {case.argument}={case.value!r})",
+                           why=f"for {case.argument}={case.value!r}")
+
+
+# ------------------------------------------------------------------------------------ lora_function (numerics)
+
+@dataclass(frozen=True)
+class LoraCase:
+    x_shape: tuple  # the shape x has (its strides: `layout`)
+    d_out: int
+    r: int
+    scale: float
+    hidden: bool
+    dtype: torch.dtype = torch.float32
+    layout: str = "contiguous"  # "contiguous", "transposed" (a permuted view), "strided last dim"
+    x_grad: bool = True
+    seed: int = 0
+
+    @property
+    def d_in(self) -> int:
+        return self.x_shape[-1]
+
+    def axes(self) -> dict:
+        return {"rank": len(self.x_shape), "dtype": dtype_name(self.dtype), "layout": self.layout,
+                "x_requires_grad": self.x_grad, "scale": "1" if self.scale == 1 else "other",
+                "r": "1" if self.r == 1 else "> 1", "d_out": "= d_in" if self.d_out == self.d_in else "!= d_in"}
+
+    def what(self) -> str:
+        return (f"LoRAFunction.apply(x {tuple(self.x_shape)} {self.layout} {dtype_name(self.dtype)}"
+                f"{'' if self.x_grad else ' without requires_grad'}, weight ({self.d_out}, {self.d_in}), lora_a "
+                f"({self.r}, {self.d_in}), lora_b ({self.d_out}, {self.r}), scale={self.scale})")
+
+    def make(self, device=None):
+        """x, weight, lora_a, lora_b, dy on the device, with the layout asked for."""
+        device = device or memfit.DEVICE
+        shape = list(self.x_shape)
+        if self.layout == "transposed":  # a permuted view of a contiguous tensor: leading dims swapped
+            base = seeded_randn([shape[1], shape[0]] + shape[2:], self.dtype, self.seed)
+            x = base.transpose(0, 1)
+        elif self.layout == "strided last dim":  # every other column of a wider tensor
+            base = seeded_randn(shape[:-1] + [2 * shape[-1]], self.dtype, self.seed)
+            x = base[..., ::2]
+        else:
+            x = seeded_randn(shape, self.dtype, self.seed)
+        x = x.to(device).detach().requires_grad_(self.x_grad)
+        w = seeded_randn((self.d_out, self.d_in), self.dtype, self.seed + 1, 1 / math.sqrt(self.d_in)).to(device)
+        a = seeded_randn((self.r, self.d_in), self.dtype, self.seed + 2, 1 / math.sqrt(self.d_in)).to(device)
+        b = seeded_randn((self.d_out, self.r), self.dtype, self.seed + 3, 0.5).to(device)
+        dy = seeded_randn(tuple(shape[:-1]) + (self.d_out,), self.dtype, self.seed + 4).to(device)
+        return x, w, a.requires_grad_(), b.requires_grad_(), dy
+
+
+def _lora_dtypes() -> tuple:
+    """fp32 and the 16-bit dtypes this machine multiplies in (a CPU does both; a T4 no bf16)."""
+    if memfit.DEVICE.type == "cpu":
+        return (torch.float32, torch.float16, torch.bfloat16)
+    return case_dtypes(True)
+
+
+LORA_DTYPES = _lora_dtypes()
+
+
+def _numerics_cases() -> list[LoraCase]:
+    cases = [LoraCase((37, 96), 80, 8, 2.0, False),
+             LoraCase((2, 19, 64), 128, 4, 0.5, False, layout="transposed"),
+             LoraCase((64,), 48, 1, 1.0, False, seed=3),
+             LoraCase((16, 64), 64, 16, 1.0, False, x_grad=False, seed=4),
+             LoraCase((5, 3, 128), 96, 2, 0.25, False, layout="strided last dim", seed=5)]
+    for dtype in LORA_DTYPES[1:]:
+        cases.append(LoraCase((33, 128), 96, 8, 2.0, False, dtype=dtype, seed=6))
+    hidden = [LoraCase((3, 33, 160), 96, 12, 0.25, True, seed=11),
+              LoraCase((70, 32), 200, 1, 4.0, True, layout="strided last dim", seed=12),
+              LoraCase((130,), 130, 3, 1.0, True, seed=13),
+              LoraCase((4, 7, 96), 96, 32, 1.0, True, layout="transposed", x_grad=False, seed=14)]
+    for dtype in LORA_DTYPES[1:]:
+        hidden += [LoraCase((2, 41, 96), 72, 6, 0.5, True, dtype=dtype, layout="transposed", seed=15),
+                   LoraCase((48, 256), 128, 16, 2.0, True, dtype=dtype, x_grad=False, seed=16)]
+    return cases + hidden
+
+
+NUMERICS_CASES = _numerics_cases()
+
+
+def _composite(x, w, a, b, scale, dy):
+    """PyTorch's own y and gradients (x, a, b) by autograd, in the inputs' dtype."""
+    x, a, b = (t.detach().requires_grad_(t.requires_grad) for t in (x, a, b))
+    y = x @ w.t() + scale * ((x @ a.t()) @ b.t())
+    y.backward(dy)
+    return y.detach(), (x.grad if x.requires_grad else None), a.grad, b.grad
+
+
+def _run_learner(fn, case: LoraCase, x, w, a, b, dy):
+    y = call_learner(fn.apply, x, w, a, b, case.scale, what=case.what())
+    expect_like(y, torch.empty(tuple(case.x_shape[:-1]) + (case.d_out,), dtype=case.dtype, device=x.device),
+                f"{case.what()}, y")
+    if not y.requires_grad:
+        raise CheckFailed(f"{case.what()}: y does not require a gradient: return the result of the forward's "
+                          "computation (autograd attaches LoRAFunction's backward to it)")
+    call_learner(y.backward, dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
+    return y
+
+
+def check_lora_function(lora_function, cases: str = "visible") -> None:
+    for case in _plan(NUMERICS_CASES, cases):
+        x, w, a, b, dy = case.make()
+        y = _run_learner(lora_function, case, x, w, a, b, dy)
+        x64, w64, a64, b64 = (t.detach().double().requires_grad_(t.requires_grad) for t in (x, w, a, b))
+        exact = _composite(x64, w64, a64, b64, case.scale, dy.double())
+        same = _composite(x, w, a, b, case.scale, dy)
+        hint = {"y": " (y = x Wᵀ + scale · (x Aᵀ) Bᵀ)", "dx": " (dx = dy W + scale · (dy B) A)",
+                "d lora_a": " (dA = scale · (dy B)ᵀ x, summed over every token)",
+                "d lora_b": " (dB = scale · dyᵀ (x Aᵀ), summed over every token)"}
+        for name, got, e, s in (("y", y, exact[0], same[0]), ("dx", x.grad, exact[1], same[1]),
+                                ("d lora_a", a.grad, exact[2], same[2]), ("d lora_b", b.grad, exact[3], same[3])):
+            if e is None:
+                continue
+            if got is None:
+                raise CheckFailed(f"{case.what()}: {name} is None after y.backward(dy): return it from backward"
+                                  f"{hint[name]}")
+            try:
+                assert_close_by_rule(got, e, s, f"{case.what()}, {name}")
+            except CheckFailed as exc:
+                raise CheckFailed(f"{exc}{hint[name]}") from None
+    bad = LoraCase((8, 64), 32, 4, 1.0, False)
+    x, w, a, b, _ = bad.make()
+    for label, args in (("weight of shape (32, 48) for x's 64 features", (x, w[:, :48], a, b)),
+                        ("lora_b of shape (32, 3) for lora_a's rank 4", (x, w, a, b[:, :3]))):
+        expect_value_error(lambda *t: lora_function.apply(*t, 1.0), *args, what=f"LoRAFunction.apply with a {label}",
+                           why="(call check_lora_inputs first)")
+
+
+# -------------------------------------------------------------------------------------- lora_memory
+
+@dataclass(frozen=True)
+class MemoryCase:
+    lora: LoraCase
+    meter: str  # "live-tensors" or "cuda-allocator"
+
+    @property
+    def hidden(self) -> bool:
+        return self.lora.hidden
+
+    def axes(self) -> dict:
+        return {**{k: v for k, v in self.lora.axes().items() if k in ("rank", "layout", "x_requires_grad", "dtype")},
+                "meter": self.meter}
+
+
+def _memory_cases() -> list[MemoryCase]:
+    # tokens well below d_out and d_in: a tensor of W's size (d_out x d_in) is several times any budget below
+    loras = [LoraCase((24, 256), 192, 8, 2.0, False),
+             LoraCase((2, 12, 256), 192, 4, 0.5, False, layout="transposed"),
+             LoraCase((64, 256), 128, 4, 1.0, False, x_grad=False),
+             LoraCase((256,), 256, 2, 1.0, False),
+             LoraCase((3, 8, 320), 256, 8, 1.0, False, dtype=torch.float16, layout="strided last dim", seed=20),
+             LoraCase((20, 320), 256, 16, 1.0, True, dtype=torch.float16, seed=21),
+             LoraCase((3, 10, 384), 256, 8, 0.25, True, layout="strided last dim", seed=22),
+             LoraCase((2, 16, 320), 256, 4, 2.0, True, layout="transposed", x_grad=False, seed=23),
+             LoraCase((320,), 192, 1, 1.0, True, dtype=torch.float16, seed=24)]
+    meters = [LIVE_TENSORS] + (["cuda-allocator"] if torch.cuda.is_available() else [])
+    return [MemoryCase(lora, m) for lora in loras for m in meters]
+
+
+MEMORY_CASES = _memory_cases()
+SLACK = 1024  # bytes: a scalar or two (the scale as a tensor, a shape)
+
+
+def lora_budgets(case: LoraCase) -> dict:
+    """The bytes the exercise allows, from its text: kept = x Aᵀ; the forward's peak = y and x Aᵀ with room for two
+    temporaries of y's size (the base and low-rank products before their sum) and, x strided, a copy of x; the
+    backward's = the gradients it must return with room for two temporaries of x's size and one of y's, plus dy·B.
+    Nothing of W's size anywhere: W is several times any of these budgets in every case."""
+    e = torch.empty((), dtype=case.dtype).element_size()
+    tokens = math.prod(case.x_shape[:-1])
+    x_b, y_b, xa_b = tokens * case.d_in * e, tokens * case.d_out * e, tokens * case.r * e
+    strided = case.layout != "contiguous"
+    grads = case.r * case.d_in * e + case.d_out * case.r * e
+    if case.x_grad:
+        backward = 3 * x_b + grads + 2 * xa_b + y_b  # dx and two temporaries of its size, dA, dB, dy·B, one of y's
+    else:
+        backward = grads + 2 * xa_b + (x_b if strided else 0) + y_b  # no dx: x's size only for a strided x's copy
+    return {"kept": xa_b + SLACK, "forward": 3 * y_b + 2 * xa_b + (x_b if strided else 0) + SLACK,
+            "backward": backward + SLACK, "weight": case.d_out * case.d_in * e, "x": x_b, "xa": xa_b}
+
+
+def _storage_bytes(*tensors) -> int:
+    return sum(t.untyped_storage().nbytes() for t in {id(t.untyped_storage()): t for t in tensors}.values())
+
+
+def check_lora_memory(lora_function, cases: str = "visible") -> None:
+    device = memfit.DEVICE
+    for mcase in _plan(MEMORY_CASES, cases):
+        case, budget = mcase.lora, lora_budgets(mcase.lora)
+        what = f"{case.what()} on the {mcase.meter} meter"
+        x, w, a, b, dy = case.make(device)
+        call_learner(lora_function.apply, x, w, a, b, case.scale, what=case.what())  # warm-up (handles, workspaces)
+        with open_meter(device, mcase.meter) as meter:
+            y = call_learner(lora_function.apply, x, w, a, b, case.scale, what=case.what())
+            forward_peak = meter.peak
+            kept = meter.current - _storage_bytes(y)
+        wsize = format_bytes(budget["weight"])
+        if kept > budget["kept"]:
+            copy = " (that is a copy of x: save x itself, and reshape it in backward)" if kept >= budget["x"] else ""
+            raise CheckFailed(f"{what}: the forward keeps {format_bytes(kept)} beyond y until the backward; x Aᵀ is "
+                              f"{format_bytes(budget['xa'])} and x is saved by reference{copy}")
+        if forward_peak > budget["forward"]:
+            raise CheckFailed(f"{what}: the forward's peak is {format_bytes(forward_peak)}, over the budget of "
+                              f"{format_bytes(budget['forward'])} (y, x Aᵀ and two temporaries of y's size"
+                              f"{', one of x' if case.layout != 'contiguous' else ''}); W is {wsize}: do not form "
+                              "W + scale·B A")
+        with open_meter(device, mcase.meter) as meter:
+            call_learner(y.backward, dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
+            backward_peak = meter.peak
+        if backward_peak > budget["backward"]:
+            why = ("x does not require a gradient here: compute dx only when ctx.needs_input_grad[0]; "
+                   if not case.x_grad else "")
+            raise CheckFailed(f"{what}: the backward's peak is {format_bytes(backward_peak)}, over the budget of "
+                              f"{format_bytes(budget['backward'])} ({why}W, whose gradient is not needed, is "
+                              f"{wsize}: nothing of its size belongs in the backward)")
+        del y
+
+
+# ------------------------------------------------------------------------------------------ nf4_code
+
+# QLoRA (Dettmers et al., 2023, arXiv 2305.14314), appendix E; bitsandbytes' NF4 table
+PUBLISHED_NF4 = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+                 -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                 0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                 0.7229568362236023, 1.0)
+CODE_TOLERANCE = 2.5e-7  # two fp32 ulps at 1: the published values were computed through fp32 probabilities
+
+
+@dataclass(frozen=True)
+class CodeCase:
+    hidden: bool
+    calls: int  # the hidden case calls twice: a code must not depend on a previous call
+
+    def axes(self) -> dict:
+        return {"levels": "all 16"}
+
+
+CODE_CASES = [CodeCase(False, 1), CodeCase(True, 2)]
+
+
+def check_nf4_code(nf4_code, cases: str = "visible") -> None:
+    published = torch.tensor(PUBLISHED_NF4, dtype=torch.float64)
+    for case in _plan(CODE_CASES, cases):
+        for _ in range(case.calls):
+            got = call_learner(nf4_code, what="nf4_code()")
+            if not isinstance(got, torch.Tensor) or got.dtype != torch.float32 or tuple(got.shape) != (16,):
+                raise CheckFailed(f"nf4_code() should return 16 fp32 values, got "
+                                  f"{getattr(got, 'dtype', type(got).__name__)} of shape {tuple(getattr(got, 'shape', ()))}")
+            got64 = got.detach().cpu().double()
+            if not bool((got64[1:] > got64[:-1]).all()):
+                raise CheckFailed(f"nf4_code() should be sorted ascending, got {[round(v, 4) for v in got64.tolist()]}")
+            err = (got64 - published).abs()
+            if err.max() > CODE_TOLERANCE:
+                i = int(err.argmax())
+                hint = ""
+                if (got64 > 0).sum() != 8 or (got64 < 0).sum() != 7:
+                    hint = (f": {int((got64 > 0).sum())} levels above zero and {int((got64 < 0).sum())} below, NF4 has "
+                            "8 and 7 (positive quantiles from linspace(δ, 0.5, 9)[:-1], negative from "
+                            "linspace(δ, 0.5, 8)[:-1], and 0)")
+                elif abs(got64.abs().max() - 1) > 1e-6:
+                    hint = ": divide by the largest |level| so the ends are -1 and 1"
+                raise CheckFailed(f"nf4_code()[{i}]: expected {published[i]:.9f} (published), got {got64[i]:.9f}: off by "
+                                  f"{got64[i] - published[i]:+.2e}, more than {CODE_TOLERANCE:g}{hint}")
+            if got64[7] != 0 or got64[0] != -1 or got64[15] != 1:
+                raise CheckFailed(f"nf4_code(): level 7 must be exactly 0 and the ends exactly -1 and 1, got "
+                                  f"{got64[7].item()!r}, {got64[0].item()!r}, {got64[15].item()!r}")
+
+
+# ----------------------------------------------------------------------------------------------- nf4
+
+@dataclass(frozen=True)
+class NF4Case:
+    rows: int
+    cols: int
+    dtype: torch.dtype
+    values: str  # "gaussian", "ties" (exact midpoints, ±1, zero blocks), "magnitudes" (tiny, huge, negative max)
+    hidden: bool
+    layout: str = "contiguous"  # or "transposed": a transposed view
+    seed: int = 0
+
+    def axes(self) -> dict:
+        return {"dtype": dtype_name(self.dtype), "values": self.values, "layout": self.layout,
+                "blocks per row": "1" if self.cols == 64 else "several"}
+
+    def what(self) -> str:
+        return f"quantize_nf4(w: {self.rows} x {self.cols} {dtype_name(self.dtype)}, {self.values}, {self.layout})"
+
+    def make(self) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(self.seed)
+        w = torch.randn(self.rows, self.cols, generator=gen, dtype=torch.float64) * 0.02
+        if self.values == "ties":
+            code = reference.nf4_code()
+            mids = (code[1:] + code[:-1]) / 2
+            special = torch.cat([mids, -mids.flip(0), code, torch.tensor([1.0, -1.0, 0.0, 0.5])]).double()
+            flat = w.reshape(-1)
+            for start in range(0, flat.numel(), 2 * 64):  # every other block: exact ties under an absmax of 1
+                block = flat[start:start + 64]
+                block.copy_(special[torch.randint(0, special.numel(), (block.numel(),), generator=gen)])
+                block[0] = 1.0
+            if self.rows > 1:
+                w[-1, :64] = 0.0  # a block of zeros
+        elif self.values == "magnitudes":
+            scales = torch.tensor([1e-30, 1e-6, 1.0, 3e4], dtype=torch.float64)
+            w = w * scales[torch.randint(0, 4, (self.rows, self.cols // 64, 1), generator=gen)].repeat_interleave(
+                64, dim=1).view(self.rows, self.cols)
+            w[0, :64] = -w[0, :64].abs()
+            w[0, 5] = -0.08  # a block whose largest magnitude is negative
+        if self.dtype != torch.float32 and self.values == "magnitudes":
+            w = w.clamp(-6e4, 6e4).where(w.abs() > 1e-7, 0.0)  # fp16's range
+        w = w.to(self.dtype)
+        if self.layout == "transposed":
+            w = w.t().contiguous().t()
+        return w.to(memfit.DEVICE)
+
+
+NF4_CASES = [NF4Case(4, 128, torch.float32, "ties", False), NF4Case(8, 192, torch.bfloat16, "gaussian", False, seed=1),
+             NF4Case(3, 64, torch.float16, "magnitudes", False, seed=2),
+             NF4Case(6, 128, torch.float32, "gaussian", False, layout="transposed", seed=3),
+             NF4Case(16, 256, torch.float32, "magnitudes", False, seed=4),
+             NF4Case(64, 512, torch.float16, "gaussian", True, seed=11),
+             NF4Case(10, 640, torch.float32, "ties", True, seed=12),
+             NF4Case(5, 64, torch.bfloat16, "magnitudes", True, layout="transposed", seed=13),
+             NF4Case(33, 320, torch.bfloat16, "ties", True, seed=14),
+             NF4Case(7, 1024, torch.float32, "gaussian", True, layout="transposed", seed=15),
+             NF4Case(2, 64, torch.float32, "magnitudes", True, seed=16)]
+
+
+@dataclass(frozen=True)
+class InvalidNF4Case:
+    label: str
+    hidden: bool
+
+    def axes(self) -> dict:
+        return {"invalid": self.label}
+
+    def make(self):
+        return {"1-D": lambda: torch.zeros(128), "3-D": lambda: torch.zeros(2, 2, 64),
+                "int": lambda: torch.zeros(2, 64, dtype=torch.int32),
+                "columns not a multiple of 64": lambda: torch.zeros(2, 96),
+                "float64": lambda: torch.zeros(2, 64, dtype=torch.float64)}[self.label]().to(memfit.DEVICE)
+
+
+INVALID_NF4_CASES = [InvalidNF4Case(label, hidden) for hidden in (False, True)
+                     for label in ("1-D", "3-D", "int", "columns not a multiple of 64", "float64")]
+
+
+def _indices(codes: torch.Tensor) -> torch.Tensor:
+    return torch.stack([codes >> 4, codes & 15], dim=-1).reshape(codes.shape[0], -1).long()
+
+
+def _compare_nf4(got, want, case: NF4Case, w: torch.Tensor) -> None:
+    what = case.what()
+    for attr in ("codes", "absmax", "shape", "dtype"):
+        if not hasattr(got, attr):
+            raise CheckFailed(f"{what} should return an NF4 (codes, absmax, shape, dtype), got {type(got).__name__} "
+                              f"without .{attr}")
+    if tuple(got.shape) != tuple(w.shape) or got.dtype != w.dtype:
+        raise CheckFailed(f"{what}: the NF4's shape and dtype should be the weight's, {tuple(w.shape)} and "
+                          f"{dtype_name(w.dtype)}; got {tuple(got.shape)} and {got.dtype}")
+    expect_like(got.absmax, want.absmax, f"{what}, absmax")
+    expect_like(got.codes, want.codes, f"{what}, codes")
+    if not torch.equal(got.absmax, want.absmax):
+        bad = (got.absmax != want.absmax).nonzero()[0].tolist()
+        raise CheckFailed(f"{what}: absmax{tuple(bad)} expected {want.absmax[tuple(bad)].item()!r} (max |w| of the "
+                          f"block, in fp32), got {got.absmax[tuple(bad)].item()!r}")
+    if not torch.equal(got.codes, want.codes):
+        gi, wi = _indices(got.codes), _indices(want.codes)
+        row, col = (gi != wi).nonzero()[0].tolist()
+        code = reference.nf4_code()
+        g, e = gi[row, col].item(), wi[row, col].item()
+        scaled = w[row, col].float() / want.absmax[row, col // 64].clamp_min(torch.finfo(torch.float32).tiny)
+        hint = ""
+        if torch.equal(gi.view(-1, 2).flip(1).reshape(gi.shape), wi):
+            hint = ": the nibbles are swapped (column 2j goes in the high nibble of byte j)"
+        elif abs(g - e) == 1 and scaled.item() in ((code[1:] + code[:-1]) / 2).tolist():
+            hint = ": the value is exactly a midpoint, which goes to the lower level"
+        raise CheckFailed(f"{what}: the code of w[{row}, {col}] = {w[row, col].item()!r} (w / absmax = "
+                          f"{scaled.item()!r}) should be index {e} (level {code[e].item():.6f}), got index {g} "
+                          f"(level {code[g].item():.6f}){hint}")
+
+
+def check_nf4(quantize_nf4, dequantize_nf4, cases: str = "visible") -> None:
+    for case in _plan(NF4_CASES, cases):
+        w = case.make()
+        before = w.clone()
+        got = call_learner(quantize_nf4, w, what=case.what())
+        if not torch.equal(w, before):
+            raise CheckFailed(f"{case.what()} changed w: quantize a copy")
+        want = reference.quantize_nf4(w)
+        _compare_nf4(got, want, case, w)
+        # dequantize is checked on the reference's NF4, so that a quantize bug is not counted twice
+        given = reference.NF4(want.codes.clone(), want.absmax.clone(), want.shape, want.dtype)
+        what = f"dequantize_nf4(quantize_nf4(w: {case.rows} x {case.cols} {dtype_name(case.dtype)}, {case.values}))"
+        w_hat = call_learner(dequantize_nf4, given, what=what)
+        exact = reference.dequantize_nf4(want)
+        expect_like(w_hat, exact, what)
+        err = (w_hat.double() - exact.double()).abs()
+        tol = 0.5 * torch.finfo(case.dtype).eps * exact.double().abs()  # in fp32, then one rounding: exact
+        if bool((err > tol).any()):
+            i = int((err - tol).argmax())
+            row, col = divmod(i, case.cols)
+            raise CheckFailed(f"{what}[{row}, {col}]: expected {exact[row, col].item()!r} (level × absmax, in fp32, "
+                              f"then {dtype_name(case.dtype)}), got {w_hat[row, col].item()!r}")
+    for case in _plan(INVALID_NF4_CASES, cases):
+        expect_value_error(quantize_nf4, case.make(), what=f"quantize_nf4 of a {case.label} tensor",
+                           why=f"for a {case.label} tensor")
+
+
+# ------------------------------------------------------------------------------------------ fake_step_memory
+
+@dataclass(frozen=True)
+class FakeCase:
+    label: str
+    make: object = field(compare=False)  # a trainer factory (device "cpu")
+    batch: int = 2
+    seq: int = 64
+    real: bool = True  # compare with the same step on real tensors (small models only)
+    formula: tuple | None = None  # (config, precision, recompute): lesson 02's predict_peak, within 2%
+    hidden: bool = False
+    recipe: str = "full"
+
+    def axes(self) -> dict:
+        return {"recipe": self.recipe, "compared with": "real step" if self.real else "formula, no real memory"}
+
+
+def _trainer(cfg, precision, recompute="none", optimizer="adamw"):
+    from memfit.training import Trainer
+    return lambda: Trainer(cfg, precision, optimizer, recompute, device="cpu")
+
+
+HUGE = GPTConfig(vocab_size=32_000, d_model=4096, n_layers=64, n_heads=32, n_kv_heads=8, ffn_hidden=14_336,
+                 max_seq_len=4096, name="deep (13B)")
+FAKE_CASES = [
+    FakeCase("course-tiny, fp32, AdamW", _trainer(COURSE_CONFIGS["tiny"], "fp32")),
+    FakeCase("course-tiny-mha, LoRA r=4, fp32 base", lambda: reference.lora_trainer(
+        COURSE_CONFIGS["tiny-mha"], 4, base_dtype=torch.float32, device="cpu"), batch=3, seq=32, recipe="LoRA"),
+    FakeCase("a 13B model, bf16, full recomputation", _trainer(HUGE, "bf16", "full"), batch=1, seq=256, real=False,
+             formula=(HUGE, "bf16", "full")),
+    FakeCase("course-tiny, amp, selective recomputation", _trainer(COURSE_CONFIGS["tiny"], "amp", "selective"),
+             batch=3, seq=48, hidden=True),
+    FakeCase("course-tiny, LoRA r=8 on every target, bf16 base, full recomputation", lambda: reference.lora_trainer(
+        COURSE_CONFIGS["tiny"], 8, reference.LORA_TARGETS, torch.bfloat16, "full", device="cpu"), hidden=True,
+        recipe="LoRA"),
+    FakeCase("Llama-3.1-8B, amp, no recomputation", _trainer(LLAMA_3_1_8B, "amp"), batch=2, seq=1024, real=False,
+             formula=(LLAMA_3_1_8B, "amp", "none"), hidden=True),
+    FakeCase("Llama-3.1-8B, LoRA r=16, bf16 base", lambda: reference.lora_trainer(LLAMA_3_1_8B, 16, device="cpu"),
+             batch=1, seq=512, real=False, hidden=True, recipe="LoRA"),
+]
+REAL_BYTES_LIMIT = 256 * 2**20  # what the learner's call may allocate for real: far below any of these models
+
+
+class _RealAllocations(TorchDispatchMode):
+    """Raises once the call holds more than REAL_BYTES_LIMIT of real (not fake) tensors it created."""
+
+    def __init__(self):
+        super().__init__()
+        import weakref
+        self._weakref, self.live, self.sizes = weakref, 0, {}
+
+    def _release(self, key):
+        self.live -= self.sizes.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch._subclasses.fake_tensor import FakeTensor
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) and t.device.type != "meta":
+                storage = t.untyped_storage()
+                if id(storage) not in self.sizes:
+                    self.sizes[id(storage)] = storage.nbytes()
+                    self.live += storage.nbytes()
+                    self._weakref.finalize(storage, self._release, id(storage))
+        if self.live > REAL_BYTES_LIMIT:
+            raise CheckFailed(f"fake_step_memory created {format_bytes(self.live)} of real tensors: build the trainer "
+                              "(make_trainer()) and run measure_step inside FakeTensorMode, where tensors have no memory")
+        return out
+
+
+def _step_fields(got, what: str):
+    if not (hasattr(got, "peak") and hasattr(got, "states")):
+        raise CheckFailed(f"{what} should return measure_step's StepMemory (.peak, .states), got {type(got).__name__}")
+    return got.peak, dict(got.states)
+
+
+def check_fake_step_memory(fake_step_memory, cases: str = "visible") -> None:
+    from memfit.from_lessons.activations import predict_peak
+    from memfit.training import measure_step
+    for case in _plan(FAKE_CASES, cases):
+        what = f"fake_step_memory({case.label}, batch={case.batch}, seq={case.seq})"
+        with _RealAllocations():
+            got = call_learner(fake_step_memory, case.make, case.batch, case.seq, what=what)
+        peak, states = _step_fields(got, what)
+        if case.real:
+            real = measure_step(case.make(), case.batch, case.seq, meter=LIVE_TENSORS)
+            if states != real.states:
+                raise CheckFailed(f"{what}: states {states} differ from the real step's {real.states}")
+            if peak != real.peak:
+                raise CheckFailed(f"{what}: peak {peak:,} B, the same step on real tensors {real.peak:,} B: measure the "
+                                  "steady-state step as measure_step does (the warm-up step creates the optimizer's "
+                                  "states), with the live-tensor meter")
+        if case.formula:
+            cfg, precision, recompute = case.formula
+            want = predict_peak(cfg, case.batch, case.seq, precision, "adamw", recompute)["peak"]
+            if abs(peak / want - 1) > 0.02:
+                raise CheckFailed(f"{what}: peak {format_bytes(peak)}, lesson 02's formula {format_bytes(want)} "
+                                  f"({peak / want - 1:+.1%}; the two agree within 2% on these models)")
+
+
+# ------------------------------------------------------------------------------------------ the lesson's table
+
+AXES = {
+    "lora_state_bytes": {"targets": ("default", "all five", "one", "two"), "target": reference.LORA_TARGETS,
+                         "attention": ("MHA", "GQA", "MQA"), "tied_head": (False, True),
+                         "base_dtype": ("float32", "float16", "bfloat16"), "r": ("1", "2-32", "> 32"),
+                         "size": ("small", "> int32"), "measured": (False, True),
+                         "invalid": ("r", "targets", "base_dtype")},
+    "lora_function": {"rank": (1, 2, 3), "dtype": ("float32", "float16", "bfloat16"),
+                      "layout": ("contiguous", "transposed", "strided last dim"), "x_requires_grad": (True, False),
+                      "scale": ("1", "other"), "r": ("1", "> 1"), "d_out": ("= d_in", "!= d_in")},
+    "lora_memory": {"rank": (1, 2, 3), "layout": ("contiguous", "transposed", "strided last dim"),
+                    "x_requires_grad": (True, False), "dtype": ("float32", "float16"), "meter": (LIVE_TENSORS,)},
+    "nf4_code": {"levels": ("all 16",)},
+    "nf4": {"dtype": ("float32", "float16", "bfloat16"), "values": ("gaussian", "ties", "magnitudes"),
+            "layout": ("contiguous", "transposed"), "blocks per row": ("1", "several"),
+            "invalid": ("1-D", "3-D", "int", "columns not a multiple of 64", "float64")},
+    "fake_step_memory": {"recipe": ("full", "LoRA"), "compared with": ("real step", "formula, no real memory")},
+}
+
+_RECORDS = {"lora_state_bytes": (LORA_BYTES_CASES, INVALID_LORA_CASES), "lora_function": (NUMERICS_CASES,),
+            "lora_memory": (MEMORY_CASES,), "nf4_code": (CODE_CASES,), "nf4": (NF4_CASES, INVALID_NF4_CASES),
+            "fake_step_memory": (FAKE_CASES,)}
+
+
+def case_axes(check: str, cases: str) -> list[dict]:
+    """The cases `check` runs under `cases`, each as {axis: value}: read from the records the check iterates over."""
+    return [record.axes() for records in _RECORDS[check] for record in _plan(records, cases)]
+
+
+KERNELS: list = []  # no Triton kernel of this lesson's exercises yet
+
+CHECKS = [
+    Check("lora_state_bytes", 2, check_lora_state_bytes, uses=("lora_state_bytes",)),
+    Check("lora_function", 3, check_lora_function, uses=("LoRAFunction",)),
+    Check("lora_memory", 2, check_lora_memory, uses=("LoRAFunction",)),
+    Check("nf4_code", 1, check_nf4_code, uses=("nf4_code",)),
+    Check("nf4", 3, check_nf4, uses=("quantize_nf4", "dequantize_nf4")),
+    Check("fake_step_memory", 2, check_fake_step_memory, uses=("fake_step_memory",), timeout_s=300.0),
+]
