@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 from autograder.checks import checks_for
 from course.lessons import lessons
 from memfit.from_lessons.activations import activation_bytes, predict_peak
+from memfit.from_lessons.fine_tune import lora_state_bytes
 from memfit.from_lessons.model_states import count_params, state_bytes
 from memfit.from_lessons.quantization import QK
 from memfit.from_lessons.zero import zero_bytes_per_rank
@@ -17,6 +18,7 @@ from memfit.plots import stacked_peak_chart
 from slides.figures import COLORS, figure, gb, gib, limit, markdown_table, record, source  # noqa: F401
 
 SEQ, BATCH, GPUS = 8192, 1, 8
+LORA_R = 16
 PARTS = ("params", "grads", "optimizer", "activations", "temporaries")
 PART_COLORS = {**{p: COLORS[p] for p in ("params", "grads", "optimizer", "activations")},
                "temporaries": COLORS["neutral"]}
@@ -36,6 +38,8 @@ def _cuts() -> list[tuple[str, str, str, int, int]]:
     logits = T * cfg.vocab_size * 4                                 # fp32 logits of the loss
     chunk = 1024 * cfg.vocab_size * 4                               # one 1,024-token chunk of them
     q8_0 = n * (QK + 2) // QK                                       # int8 codes + one fp16 scale per 32 weights
+    lora_states = lora_state_bytes(cfg, LORA_R)                     # bf16 frozen base, fp32 adapters and AdamW
+    lora = sum(v for k, v in lora_states.items() if k != "trainable")
     return [
         ("01", "pure bf16, no fp32 master", "model states", mixed, pure_bf16),
         ("02", "full recomputation", "activations", acts, acts_full),
@@ -44,6 +48,7 @@ def _cuts() -> list[tuple[str, str, str, int, int]]:
         ("06", "chunked fused linear CE", "fp32 logits", logits, chunk),
         ("07", "AdamW8bit", "model states (Adam: 8 → 2 B/param)", mixed, eight_bit),
         ("07", "Q8_0 weights (inference)", "bf16 weights", 2 * n, q8_0),
+        ("08", f"LoRA r={LORA_R} on every block matrix", "model states (only adapters are trained)", mixed, lora),
     ]
 
 
