@@ -201,6 +201,21 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
         "h100": _int8_tiles(m16=(16, 64, 128, 8, 4, 3), m64=(64, 64, 128, 4, 4, 3), m256=(64, 128, 128, 2, 4, 4),
                             m_large=(256, 128, 64, 1, 8, 3)),
     },
+    # Lesson 08's NF4 matmul (QLoRA's frozen base), the same variants and tile layout as int8_matmul; BLOCK_K a
+    # multiple of 64 (one absmax per 64 values). cpu: small tiles, BLOCK_K 128 on some rows, so short cases cross
+    # split and unsplit K and a last step that ends inside BLOCK_K. t4/v100: int8_matmul's rows (they compile within
+    # 64 and 96 KiB in fp32). h100: the best of a 192-config sweep on an H200 (fp16, N 14,336, K 4,096): dequantizing,
+    # a gather per weight, is the time, so fewer, larger programs along M win from 256 rows.
+    "nf4_matmul": {
+        "cpu": _int8_tiles(m16=(16, 32, 128, 2, 4, 1), m64=(32, 32, 64, 2, 4, 1), m256=(32, 32, 128, 1, 4, 1),
+                           m_large=(32, 32, 64, 1, 4, 1)),
+        **{card: _int8_tiles(m16=(16, 64, 128, 4, 4, 2), m64=(32, 64, 64, 2, 4, 2), m256=(64, 64, 64, 1, 4, 2),
+                             m_large=(64, 64, 64, 1, 4, 2)) for card in ("t4", "v100")},
+        "gpu": _int8_tiles(m16=(16, 64, 128, 4, 4, 3), m64=(64, 64, 128, 2, 4, 3), m256=(64, 128, 64, 1, 4, 3),
+                           m_large=(128, 128, 64, 1, 4, 3)),
+        "h100": _int8_tiles(m16=(16, 64, 128, 4, 4, 3), m64=(64, 64, 128, 1, 4, 3), m256=(128, 64, 64, 1, 4, 3),
+                            m_large=(256, 64, 64, 1, 4, 3)),
+    },
 }
 
 PROBLEM_SIZES: dict[str, dict[str, dict]] = {

@@ -91,7 +91,10 @@ class Trainer:
         # AdamW's "step" counters are scalars kept on the CPU (unless capturable): not model states.
         states = [t for s in self.optimizer.state.values() for key, t in s.items()
                   if isinstance(t, torch.Tensor) and key != "step"]
-        return {"params": sum(p.numel() * p.element_size() for p in unique_parameters(self.model)),
+        # buffers count with the parameters: a frozen weight kept as a buffer (lesson 08's NF4 codes) is the model's
+        buffers = {id(b): b for b in self.model.buffers()}.values()
+        return {"params": sum(p.numel() * p.element_size() for p in unique_parameters(self.model))
+                + sum(b.numel() * b.element_size() for b in buffers),
                 "optimizer": sum(t.numel() * t.element_size() for t in states)}
 
 

@@ -17,7 +17,7 @@ from torch.utils._pytree import tree_leaves
 
 import memfit
 import memfit.from_lessons.fine_tune as reference  # imported before the grading child's guards go up
-from autograder.checks import Check, CheckFailed, call_learner, check_cases, expect_value_error
+from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error
 from autograder.checks.numerics import assert_close_by_rule, case_dtypes, dtype_name, expect_like, seeded_randn
 from memfit.gpt import COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, GPTConfig, unique_parameters
 from memfit.meter import LIVE_TENSORS, format_bytes, open_meter
@@ -752,7 +752,12 @@ def case_axes(check: str, cases: str) -> list[dict]:
     return [record.axes() for records in _RECORDS[check] for record in _plan(records, cases)]
 
 
-KERNELS: list = []  # no Triton kernel of this lesson's exercises yet
+# the given NF4 matmul (QLoRA's base): compiled for every profile, T4 and V100 included, in each tile class
+KERNELS = [KernelSpec("nf4_matmul_kernel", "nf4_matmul",
+                      {"x_ptr": "*{dtype}", "codes_ptr": "*u8", "absmax_ptr": "*fp32", "code_ptr": "*fp32",
+                       "y_ptr": "*{dtype}", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32"},
+                      dtypes=(dtype,), variant=variant, constexprs=dict(IEEE=dtype == "fp32", EMULATE_BF16=False))
+           for variant in ("m16", "m64", "m256", "m_large") for dtype in ("fp16", "fp32")]
 
 CHECKS = [
     Check("lora_state_bytes", 2, check_lora_state_bytes, uses=("lora_state_bytes",)),

@@ -205,6 +205,201 @@ def double_dequantize(codes, absmax2, mean, shape) -> torch.Tensor:
     return (dequantize_blockwise(codes, absmax2, code, STATE_BLOCK) + mean).view(shape)
 
 
+import triton
+import triton.language as tl
+
+from memfit.from_lessons.quantization import INT8_MATMUL_CLASSES, _round_to, check_float_tensor
+from memfit.hardware import config as _config
+
+QLORA_SCRATCH_BYTES = 64 * 2**20  # the backward's dequantized slice of a frozen weight, at most
+
+
+def nf4_matmul_tiles(m: int) -> dict:
+    """memfit.hardware's "nf4_matmul" tiles for m rows of x (lesson 07's classes: decoding to prefill)."""
+    variant = next(name for most, name in INT8_MATMUL_CLASSES if most is None or m <= most)
+    return dict(_config("nf4_matmul")[variant])
+
+
+def check_nf4_matmul_inputs(x, codes, absmax, code) -> None:
+    check_float_tensor(x, "x")
+    for name, t, dtype, dims in (("codes", codes, torch.uint8, 2), ("absmax", absmax, torch.float32, 2),
+                                 ("code", code, torch.float32, 1)):
+        if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.dim() != dims:
+            raise ValueError(f"{name} should be a {dims}-D {dtype} tensor, got {getattr(t, 'dtype', type(t))}")
+    n, k = codes.shape[0], 2 * codes.shape[1]
+    if k % NF4_BLOCK or tuple(absmax.shape) != (n, k // NF4_BLOCK) or code.numel() != 16:
+        raise ValueError(f"codes {tuple(codes.shape)}, absmax {tuple(absmax.shape)} and a code of {code.numel()} "
+                         f"levels are not one NF4 weight (absmax: one per {NF4_BLOCK} values of a row; 16 levels)")
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise ValueError(f"x should be (..., {k}) for a weight of shape ({n}, {k}), got {tuple(x.shape)}")
+    if len({t.device for t in (x, codes, absmax, code)}) > 1:
+        raise ValueError(f"x, codes, absmax and code must be on one device, got {x.device}, {codes.device}, "
+                         f"{absmax.device}, {code.device}")
+    if not (codes.is_contiguous() and absmax.is_contiguous()):
+        raise ValueError("codes and absmax should be contiguous (a copy would be a quarter of the weight in fp16)")
+
+
+@triton.jit
+def nf4_matmul_kernel(x_ptr, codes_ptr, absmax_ptr, code_ptr, y_ptr, M, N, K, stride_xm, stride_ym,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                      IEEE: tl.constexpr, EMULATE_BF16: tl.constexpr):
+    """Program (i, j, s): the tile yᵀ[j-th BLOCK_N, i-th BLOCK_M] = Ŵ tile · x tileᵀ over the s-th of SPLIT_K slices
+    of K, Ŵ dequantized in registers. EMULATE_BF16 (Triton's interpreter in bf16 only, which multiplies bf16 tiles as
+    integers and truncates casts): the tiles rounded as a GPU rounds, multiplied in fp32, where their products are
+    exact."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    rp = tl.arange(0, BLOCK_K // 2)  # the bytes of codes a step covers, two columns each
+    rb = tl.arange(0, BLOCK_K // 64)  # the absmax blocks a step covers
+    per_slice = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K  # whole steps: slices hold whole blocks
+    k_lo = tl.program_id(2) * per_slice
+    k_hi = tl.minimum(K, k_lo + per_slice)
+    rows_w = rn.to(tl.int64)[:, None]
+    in_n = rn[:, None] < N
+    cols_x = rm.to(tl.int64)[None, :] * stride_xm
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    # the 16 levels in registers, gathered by index (a tl.load(code_ptr + index) would stream a gathered fp32 tile
+    # through shared memory on sm_80+: over an H100's 227 KiB for the larger tiles, and 3.6x slower at M = 1)
+    levels = tl.broadcast_to(tl.load(code_ptr + tl.arange(0, 16))[None, :], (BLOCK_N, 16))
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        k = k0 + rk
+        p = k0 // 2 + rp
+        # past the slice or past N: byte 0x77 (level 7, 0.0, in both nibbles), so the tile is zero there
+        byte = tl.load(codes_ptr + rows_w * (K // 2) + p[None, :], mask=in_n & (p[None, :] < k_hi // 2), other=0x77)
+        index = tl.interleave(byte >> 4, byte & 0xF)  # column 2j: the high nibble; 2j + 1: the low one
+        level = tl.gather(levels, index.to(tl.int32), 1)
+        b = k0 // 64 + rb
+        d = tl.load(absmax_ptr + rows_w * (K // 64) + b[None, :], mask=in_n & (b[None, :] < k_hi // 64), other=0.0)
+        w = tl.reshape(tl.reshape(level, (BLOCK_N, BLOCK_K // 64, 64)) * d[:, :, None], (BLOCK_N, BLOCK_K))
+        xt = tl.load(x_ptr + cols_x + k[:, None], mask=(rm[None, :] < M) & (k[:, None] < k_hi), other=0.0)
+        if EMULATE_BF16:
+            acc += tl.dot(_round_to(w, tl.bfloat16).to(tl.float32), xt.to(tl.float32), input_precision="ieee")
+        elif IEEE:
+            acc += tl.dot(w.to(xt.dtype), xt, input_precision="ieee")
+        else:
+            acc += tl.dot(w.to(xt.dtype), xt)
+    y = y_ptr + rm.to(tl.int64)[None, :] * stride_ym + rn[:, None]
+    inside = (rm[None, :] < M) & (rn[:, None] < N)
+    if SPLIT_K == 1 and EMULATE_BF16:
+        tl.store(y, _round_to(acc, y_ptr.dtype.element_ty), mask=inside)
+    elif SPLIT_K == 1:
+        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=inside)
+    else:
+        tl.atomic_add(y, acc, mask=inside, sem="relaxed")
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(t, FakeTensor)
+
+
+def nf4_matmul(x: torch.Tensor, codes: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
+    """x @ Ŵᵀ for an NF4 weight (N, K): y (..., N) in x's dtype; allocates y (and fp32 partial sums where K is
+    split), a copy of x only where its last dimension is strided, nothing of Ŵ's size."""
+    check_nf4_matmul_inputs(x, codes, absmax, code)
+    n, k = codes.shape[0], 2 * codes.shape[1]
+    x2 = x.reshape(-1, k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    tiles = nf4_matmul_tiles(m)
+    split = tiles["SPLIT_K"] > 1  # the slices' partial sums meet in fp32, by atomic adds onto zeros
+    y = (torch.zeros(m, n, dtype=torch.float32, device=x.device) if split
+         else torch.empty(m, n, dtype=x.dtype, device=x.device))
+    if m and n and not _is_fake(x):  # fake tensors have no memory to read: the allocations above are the call's
+        grid = (triton.cdiv(m, tiles["BLOCK_M"]), triton.cdiv(n, tiles["BLOCK_N"]), tiles["SPLIT_K"])
+        nf4_matmul_kernel[grid](x2, codes, absmax, code.contiguous(), y, m, n, k, x2.stride(0), y.stride(0),
+                                IEEE=x.dtype == torch.float32,
+                                EMULATE_BF16=memfit.runtime.INTERPRETED and x.dtype == torch.bfloat16, **tiles)
+    return y.to(x.dtype).reshape(*x.shape[:-1], n)
+
+
+def _dequantized_rows(codes, absmax, rows: slice, dtype) -> torch.Tensor:
+    part = NF4(codes[rows], absmax[rows], (codes[rows].shape[0], 2 * codes.shape[1]), dtype)
+    return dequantize_nf4(part)
+
+
+class QLoRAFunction(torch.autograd.Function):
+    """y = x Ŵᵀ + scale · (x Aᵀ) Bᵀ, Ŵ a frozen NF4 weight (codes, absmax); saves x (a reference) and x Aᵀ."""
+
+    @staticmethod
+    def forward(ctx, x, codes, absmax, code, lora_a, lora_b, scale):
+        y = nf4_matmul(x, codes, absmax, code)
+        xa = x @ lora_a.t()
+        y.add_(xa @ lora_b.t(), alpha=scale)
+        ctx.save_for_backward(x, codes, absmax, lora_a, lora_b, xa)
+        ctx.scale = scale
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, codes, absmax, lora_a, lora_b, xa = ctx.saved_tensors
+        scale, r = ctx.scale, lora_a.shape[0]
+        dyb = dy @ lora_b
+        dx = d_a = d_b = None
+        if ctx.needs_input_grad[0]:
+            n, k = codes.shape[0], 2 * codes.shape[1]
+            step = max(1, QLORA_SCRATCH_BYTES // (k * dy.element_size()))  # rows of Ŵ per slice
+            dx = dyb @ lora_a
+            dx.mul_(scale)
+            for r0 in range(0, n, step):
+                rows = slice(r0, min(n, r0 + step))
+                dx += dy[..., rows] @ _dequantized_rows(codes, absmax, rows, dy.dtype)
+        if ctx.needs_input_grad[4]:
+            d_a = (dyb.reshape(-1, r).t() @ x.reshape(-1, x.shape[-1])).mul_(scale)
+        if ctx.needs_input_grad[5]:
+            d_b = (dy.reshape(-1, dy.shape[-1]).t() @ xa.reshape(-1, r)).mul_(scale)
+        return dx, None, None, None, d_a, d_b, None
+
+
+class QLoRALinear(nn.Module):
+    """A frozen nn.Linear's weight in NF4 (buffers: codes, absmax) plus fp32 LoRA adapters; the dense weight is
+    not kept."""
+
+    def __init__(self, base: nn.Linear, r: int, alpha: float):
+        super().__init__()
+        q = quantize_nf4(base.weight.detach())
+        self.register_buffer("codes", q.codes)
+        self.register_buffer("absmax", q.absmax)
+        self.register_buffer("code", nf4_code().to(q.codes.device))
+        d_out, d_in = q.shape
+        self.lora_a = nn.Parameter(torch.empty(r, d_in, device=q.codes.device))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+        self.lora_b = nn.Parameter(torch.zeros(d_out, r, device=q.codes.device))
+        self.scale = alpha / r
+
+    def forward(self, x):
+        return QLoRAFunction.apply(x, self.codes, self.absmax, self.code, self.lora_a.to(x.dtype),
+                                   self.lora_b.to(x.dtype), self.scale)
+
+
+def add_qlora(model: nn.Module, r: int, alpha: float = 16.0, targets=DEFAULT_TARGETS) -> nn.Module:
+    """Freeze a memfit.gpt.GPT and replace its target block matrices by NF4 weights with LoRA adapters."""
+    if "head" in targets:
+        raise ValueError("QLoRA keeps the head in 16 bits: targets are block matrices (wqkv, wo, w13, w2)")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for block in model.blocks:
+        for parent, name in ((block.attn, "wqkv"), (block.attn, "wo"), (block.mlp, "w13"), (block.mlp, "w2")):
+            if name in targets:
+                setattr(parent, name, QLoRALinear(getattr(parent, name), r, alpha))
+    return model
+
+
+def qlora_trainer(cfg, r: int, targets=DEFAULT_TARGETS, base_dtype=torch.bfloat16, recompute: str = "none",
+                  device=None, alpha: float = 16.0):
+    """The course's Trainer with the block matrices in NF4, the rest in base_dtype, AdamW on the adapters."""
+    from memfit.training import Trainer
+    trainer = Trainer(cfg, "fp32", "sgd", recompute, device)
+    for p in trainer.model.parameters():
+        p.data = p.data.to(base_dtype)
+    add_qlora(trainer.model, r, alpha, targets)
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+    trainer.optimizer = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0, foreach=True)
+    return trainer
+
+
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 

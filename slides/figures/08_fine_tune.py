@@ -3,16 +3,13 @@ the LoRA function keeps (measured here on the course's meter), NF4's levels and 
 here), and Llama-3.1-8B's step on fake tensors (the lesson's fake_step_memory) against lesson 02's formula."""
 from __future__ import annotations
 
-import math
-
 import torch
 
-import memfit
-from autograder.checks.fine_tune import CHECKS, PUBLISHED_NF4  # noqa: F401 (the deck)
+from autograder.checks.fine_tune import CHECKS
 from memfit.from_lessons.activations import predict_peak
 from memfit.from_lessons.model_states import count_params, state_bytes
 from memfit.from_lessons.quantization import dequantize_q4_0, quantize_q4_0
-from memfit.gpt import COURSE_CONFIGS, LLAMA_3_1_8B as L8  # noqa: F401 (the deck)
+from memfit.gpt import LLAMA_3_1_8B as L8
 from memfit.hardware import KNOWN_GPUS
 from memfit.meter import LIVE_TENSORS, measure_peak, open_meter
 from memfit.training import Trainer
@@ -116,12 +113,15 @@ FAKE_RECIPES = {"full: amp, AdamW": (lambda: Trainer(L8, "amp", "adamw", "none",
                                                           ("bf16", "full")),
                 "LoRA r=16, bf16 base": (lambda: ref.lora_trainer(L8, 16, device="cpu"), None),
                 "LoRA r=16, bf16 base, full recomputation": (lambda: ref.lora_trainer(L8, 16, recompute="full",
-                                                                                      device="cpu"), None)}
+                                                                                      device="cpu"), None),
+                "QLoRA r=16, NF4 base": (lambda: ref.qlora_trainer(L8, 16, device="cpu"), None),
+                "QLoRA r=16, NF4 base, full recomputation": (lambda: ref.qlora_trainer(L8, 16, recompute="full",
+                                                                                        device="cpu"), None)}
 fake_rows = []
 for name, (make, formula) in FAKE_RECIPES.items():
     step = ref.fake_step_memory(make, batch, seq)
     predicted = predict_peak(L8, batch, seq, formula[0], "adamw", formula[1])["peak"] if formula else None
-    fake_rows.append([name, gib(step.peak, 2), gib(predicted, 2) if predicted else "(no LoRA in lesson 02)",
+    fake_rows.append([name, gib(step.peak, 2), gib(predicted, 2) if predicted else "(not in lesson 02)",
                       f"{step.peak / predicted - 1:+.2%}" if predicted else "—"])
 fake_table = markdown_table(["recipe", "fake tensors (this machine)", "lesson 02's formula", "difference"], fake_rows)
 where = measured_on()
