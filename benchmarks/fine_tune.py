@@ -1,0 +1,148 @@
+"""Lesson 08's benchmark: Llama-3.1-8B's training step on one GPU, predicted on fake tensors (the lesson's
+fake_step_memory, on this device: no memory used) and measured by the CUDA allocator, for a full fine-tune (bf16
+weights, lesson 07's FusedAdamW8bit, full recomputation) and for LoRA and QLoRA (r = 16 on every block matrix),
+with the time per step; then the most tokens per step (one sequence, lengths doubling from 1,024) each plan is
+predicted to fit on a T4's 15 GB and on this card, the T4's checked by a real step under
+torch.cuda.set_per_process_memory_fraction.
+
+    python -m benchmarks.fine_tune            # on a GPU: benchmarks/results/<device>-<date>-fine-tune.{json,md}
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import statistics
+import time
+
+import torch
+
+LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+SEQ = 4096  # the step measured for every plan
+RECIPES = ("full: bf16 weights, FusedAdamW8bit, full recomputation", "LoRA r=16, bf16 base",
+           "LoRA r=16, bf16 base, full recomputation", "QLoRA r=16, NF4 base", "QLoRA r=16, NF4 base, full recomputation")
+
+
+def make_trainer(recipe: str, cfg=None, device: str = "cuda"):
+    """The trainer of a plan (Llama-3.1-8B's shapes unless cfg is given), randomly initialised."""
+    import memfit.from_lessons.fine_tune as lesson
+    from memfit.from_lessons.quantization import FusedAdamW8bit
+    from memfit.gpt import LLAMA_3_1_8B
+    from memfit.training import Trainer
+    cfg = cfg or LLAMA_3_1_8B
+    recompute = "full" if "recomputation" in recipe else "none"
+    with torch.device(device):  # the weights initialised where they live (8B parameters on a CPU take minutes)
+        if recipe.startswith("full"):
+            return Trainer(cfg, "bf16", lambda p: _adamw8bit(FusedAdamW8bit, p, device), recompute, device)
+        build = lesson.qlora_trainer if recipe.startswith("QLoRA") else lesson.lora_trainer
+        return build(cfg, 16, recompute=recompute, device=device)
+
+
+def _adamw8bit(cls, params, device):
+    """Lesson 07's FusedAdamW8bit, built outside any fake mode: its dynamic code is computed with .tolist(), which a
+    fake tensor cannot answer, and kept on the parameters' device (its states, created in the step, are fake there)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        optimizer = cls(params, lr=1e-5, weight_decay=0.0)
+        optimizer.codes = {k: c.to(device) for k, c in optimizer.codes.items()}
+    return optimizer
+
+
+def _predict(args) -> tuple[str, int, int]:
+    """(recipe, seq, predicted peak bytes): one fake step, in a process of its own (they run side by side)."""
+    recipe, seq, cfg, device = args
+    import memfit.from_lessons.fine_tune as lesson
+    torch.set_num_threads(1)
+    step = lesson.fake_step_memory(lambda: make_trainer(recipe, cfg, device), 1, seq)
+    return recipe, seq, step.peak
+
+
+def predictions(cfg=None, device: str = "cuda", lengths=LENGTHS, workers: int = 8) -> dict:
+    """{recipe: {seq: predicted peak}} for every plan and length, computed by `workers` processes."""
+    jobs = [(recipe, seq, cfg, device) for recipe in RECIPES for seq in lengths]
+    out: dict = {recipe: {} for recipe in RECIPES}
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for recipe, seq, peak in pool.map(_predict, jobs):
+            out[recipe][seq] = peak
+    return out
+
+
+def _measured(trainer, seq: int) -> tuple[int, float]:
+    """(the allocator's peak of a steady-state step, the median ms of three more steps)."""
+    from memfit.training import measure_step, random_batch
+    step = measure_step(trainer, 1, seq)
+    batch = random_batch(trainer.cfg, 1, seq, trainer.device)
+    times = []
+    for _ in range(3):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        trainer.step(*batch)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return step.peak, statistics.median(times)
+
+
+def _fits_under(trainer, seq: int, cap: int) -> bool:
+    """Does one step at `seq` tokens run with the process's memory capped at `cap` bytes?"""
+    from memfit.training import random_batch
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
+    try:
+        trainer.step(*random_batch(trainer.cfg, 1, seq, trainer.device))
+        torch.cuda.synchronize()
+        return True
+    except torch.OutOfMemoryError:
+        return False
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+
+
+def run() -> dict:
+    from memfit.hardware import profile_for
+    card = torch.cuda.get_device_properties(0).total_memory
+    caps = {"T4 (15 GiB)": profile_for("t4").total_memory, "this card": card}
+    predicted = predictions()
+    rows = []
+    for recipe in RECIPES:
+        trainer = make_trainer(recipe)
+        peak, ms = _measured(trainer, SEQ)
+        row = dict(recipe=recipe, seq=SEQ, predicted_bytes=predicted[recipe][SEQ], measured_bytes=peak,
+                   error=predicted[recipe][SEQ] / peak - 1, step_ms=round(ms, 1), states=trainer.state_bytes())
+        for name, cap in caps.items():
+            fitting = [s for s, p in predicted[recipe].items() if p <= cap]
+            row[f"most_tokens {name}"] = max(fitting) if fitting else 0
+        t4_seq = row["most_tokens T4 (15 GiB)"]
+        row["T4 cap: a real step at that length"] = _fits_under(trainer, t4_seq, caps["T4 (15 GiB)"]) if t4_seq else None
+        print(row, flush=True)
+        rows.append(row)
+        del trainer
+        torch.cuda.empty_cache()
+    return dict(model="Llama-3.1-8B (published shapes, random weights)", caps=caps, lengths=list(LENGTHS),
+                predicted=predicted, rows=rows)
+
+
+def markdown(result: dict) -> str:
+    gib = 2**30
+    lines = [f"**{result['model']}**, one sequence per step. Predicted: the lesson's `fake_step_memory` (fake tensors on "
+             "this device, the live-tensor meter); measured: the CUDA allocator's requested bytes at the peak of a "
+             "steady-state step (`measure_step`). Time: median of three steps.", "",
+             "| plan | tokens | predicted GiB | measured GiB | error | step ms | most tokens on a T4 (15 GiB) | "
+             "a real step there under the cap | most tokens on this card |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in result["rows"]:
+        t4 = r["most_tokens T4 (15 GiB)"]
+        ok = {True: "ran", False: "out of memory", None: "—"}[r["T4 cap: a real step at that length"]]
+        lines.append(f"| {r['recipe']} | {r['seq']:,} | {r['predicted_bytes'] / gib:.2f} | {r['measured_bytes'] / gib:.2f} | "
+                     f"{r['error']:+.2%} | {r['step_ms']:,.0f} | {t4:,} | {ok} | {r['most_tokens this card']:,} |")
+    lines += ["", "Predicted peak (GiB) by sequence length:", "",
+              "| plan | " + " | ".join(f"{s:,}" for s in result["lengths"]) + " |",
+              "| --- |" + " --- |" * len(result["lengths"])]
+    for recipe, by_seq in result["predicted"].items():
+        lines.append(f"| {recipe} | " + " | ".join(f"{by_seq[str(s)] / gib:.1f}" if str(s) in by_seq else
+                                                    f"{by_seq[s] / gib:.1f}" for s in result["lengths"]) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    from benchmarks.record import record_one
+    record_one("fine_tune")
