@@ -13,7 +13,7 @@ from memfit.gpt import LLAMA_3_1_8B as L8
 from memfit.hardware import KNOWN_GPUS
 from memfit.meter import LIVE_TENSORS, measure_peak, open_meter
 from memfit.training import Trainer
-from slides.figures import COLORS, figure, gib, lesson, markdown_table, measured_on, pct  # noqa: F401
+from slides.figures import COLORS, figure, gib, lesson, markdown_table, measured_on, pct, record, source  # noqa: F401
 
 ref = lesson("08_fine_tune")
 pts = {c.name: c.points for c in CHECKS}
@@ -125,3 +125,11 @@ for name, (make, formula) in FAKE_RECIPES.items():
                       f"{step.peak / predicted - 1:+.2%}" if predicted else "—"])
 fake_table = markdown_table(["recipe", "fake tensors (this machine)", "lesson 02's formula", "difference"], fake_rows)
 where = measured_on()
+
+# --- the H100 record: the same plans, predicted on the GPU's device and measured by its allocator
+h100 = record("fine_tune", file="h100")
+h100_table = markdown_table(
+    ["plan", "predicted", "measured", "error", "ms / step", "most tokens: T4 15 GiB", "most tokens: 80 GB"],
+    [[r["recipe"], gib(r["predicted_bytes"], 2), gib(r["measured_bytes"], 2), f"{r['error']:+.2%}", f"{r['step_ms']:,.0f}",
+      f"{r['most_tokens T4 (15 GiB)']:,}" + (" (ran under the cap)" if r["T4 cap: a real step at that length"] else ""),
+      f"{r['most_tokens this card']:,}"] for r in h100["fine_tune"]["rows"]])
