@@ -410,3 +410,30 @@ def fake_step_memory(make_trainer, batch: int, seq: int):
     with FakeTensorMode():
         trainer = make_trainer()
         return measure_step(trainer, batch, seq, meter=LIVE_TENSORS)
+
+
+class offload_activations(torch.autograd.graph.saved_tensors_hooks):
+    """Inside, each tensor autograd saves moves to pinned CPU memory, unless it is one of `model`'s parameters or
+    buffers (already resident) or smaller than `min_bytes`, and comes back to its device when the backward needs it.
+    `offloaded` counts the bytes moved out."""
+
+    def __init__(self, model: nn.Module, min_bytes: int = 1 << 20):
+        resident = {t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())}
+        self.offloaded = 0
+
+        def pack(t: torch.Tensor):
+            if (t.device.type == "cpu" or t.untyped_storage().data_ptr() in resident
+                    or t.numel() * t.element_size() < min_bytes):
+                return t
+            host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=True)
+            host.copy_(t, non_blocking=True)
+            self.offloaded += host.numel() * host.element_size()
+            return t.device, host
+
+        def unpack(packed):
+            if isinstance(packed, torch.Tensor):
+                return packed
+            device, host = packed
+            return host.to(device, non_blocking=True)
+
+        super().__init__(pack, unpack)
