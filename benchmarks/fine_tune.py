@@ -1,7 +1,6 @@
 """Lesson 08's benchmark: Llama-3.1-8B's training step on one GPU, predicted on fake tensors (the lesson's
-fake_step_memory, on this device: no memory used) and measured by the CUDA allocator, for a full fine-tune (bf16
-weights, lesson 07's FusedAdamW8bit, full recomputation) and for LoRA and QLoRA (r = 16 on every block matrix),
-with the time per step; then the most tokens per step (one sequence, lengths doubling from 1,024) each plan is
+fake_step_memory, on this device: no memory used) and measured by the CUDA allocator, for each of the lesson's
+PLANS (full fine-tunes, LoRA and QLoRA with r = 16 on every block matrix) that fits the card, with the time per step; then the most tokens per step (one sequence, lengths doubling from 1,024) each plan is
 predicted to fit on a T4's 15 GB and on this card, the T4's checked by a real step under
 torch.cuda.set_per_process_memory_fraction.
 
@@ -17,34 +16,20 @@ import time
 import torch
 
 LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
-SEQ = 4096  # the step measured for every plan
-RECIPES = ("full: bf16 weights, FusedAdamW8bit, full recomputation", "LoRA r=16, bf16 base",
-           "LoRA r=16, bf16 base, full recomputation", "QLoRA r=16, NF4 base", "QLoRA r=16, NF4 base, full recomputation")
+SEQ = 4096  # the step measured for every plan that fits this card
 
 
-def make_trainer(recipe: str, cfg=None, device: str = "cuda"):
-    """The trainer of a plan (Llama-3.1-8B's shapes unless cfg is given), randomly initialised."""
-    import memfit.from_lessons.fine_tune as lesson
-    from memfit.from_lessons.quantization import FusedAdamW8bit
+def plans() -> tuple[str, ...]:
+    from memfit.from_lessons.fine_tune import PLANS
+    return PLANS
+
+
+def make_trainer(plan: str, cfg=None, device: str = "cuda"):
+    """The lesson's trainer of a plan (Llama-3.1-8B's shapes unless cfg is given), randomly initialised."""
+    from memfit.from_lessons.fine_tune import plan_trainer
     from memfit.gpt import LLAMA_3_1_8B
-    from memfit.training import Trainer
-    cfg = cfg or LLAMA_3_1_8B
-    recompute = "full" if "recomputation" in recipe else "none"
     with torch.device(device):  # the weights initialised where they live (8B parameters on a CPU take minutes)
-        if recipe.startswith("full"):
-            return Trainer(cfg, "bf16", lambda p: _adamw8bit(FusedAdamW8bit, p, device), recompute, device)
-        build = lesson.qlora_trainer if recipe.startswith("QLoRA") else lesson.lora_trainer
-        return build(cfg, 16, recompute=recompute, device=device)
-
-
-def _adamw8bit(cls, params, device):
-    """Lesson 07's FusedAdamW8bit, built outside any fake mode: its dynamic code is computed with .tolist(), which a
-    fake tensor cannot answer, and kept on the parameters' device (its states, created in the step, are fake there)."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    with unset_fake_temporarily():
-        optimizer = cls(params, lr=1e-5, weight_decay=0.0)
-        optimizer.codes = {k: c.to(device) for k, c in optimizer.codes.items()}
-    return optimizer
+        return plan_trainer(plan, cfg or LLAMA_3_1_8B, device)
 
 
 def _predict(args) -> tuple[str, int, int]:
@@ -58,8 +43,8 @@ def _predict(args) -> tuple[str, int, int]:
 
 def predictions(cfg=None, device: str = "cuda", lengths=LENGTHS, workers: int = 8) -> dict:
     """{recipe: {seq: predicted peak}} for every plan and length, computed by `workers` processes."""
-    jobs = [(recipe, seq, cfg, device) for recipe in RECIPES for seq in lengths]
-    out: dict = {recipe: {} for recipe in RECIPES}
+    jobs = [(recipe, seq, cfg, device) for recipe in plans() for seq in lengths]
+    out: dict = {recipe: {} for recipe in plans()}
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for recipe, seq, peak in pool.map(_predict, jobs):
             out[recipe][seq] = peak
@@ -104,7 +89,13 @@ def run() -> dict:
     caps = {"T4 (15 GiB)": profile_for("t4").total_memory, "this card": card}
     predicted = predictions()
     rows = []
-    for recipe in RECIPES:
+    for recipe in plans():
+        if predicted[recipe][SEQ] > 0.95 * card:  # predicted not to fit this card: not run
+            rows.append(dict(recipe=recipe, seq=SEQ, predicted_bytes=predicted[recipe][SEQ], measured_bytes=None,
+                             error=None, step_ms=None, states=None, **{f"most_tokens {name}": max(
+                                 [s for s, p in predicted[recipe].items() if p <= cap], default=0) for name, cap in caps.items()},
+                             **{"T4 cap: a real step at that length": None}))
+            continue
         trainer = make_trainer(recipe)
         peak, ms = _measured(trainer, SEQ)
         row = dict(recipe=recipe, seq=SEQ, predicted_bytes=predicted[recipe][SEQ], measured_bytes=peak,
@@ -132,8 +123,11 @@ def markdown(result: dict) -> str:
     for r in result["rows"]:
         t4 = r["most_tokens T4 (15 GiB)"]
         ok = {True: "ran", False: "out of memory", None: "—"}[r["T4 cap: a real step at that length"]]
-        lines.append(f"| {r['recipe']} | {r['seq']:,} | {r['predicted_bytes'] / gib:.2f} | {r['measured_bytes'] / gib:.2f} | "
-                     f"{r['error']:+.2%} | {r['step_ms']:,.0f} | {t4:,} | {ok} | {r['most_tokens this card']:,} |")
+        measured = "not run (predicted not to fit)" if r["measured_bytes"] is None else f"{r['measured_bytes'] / gib:.2f}"
+        error = "—" if r["error"] is None else f"{r['error']:+.2%}"
+        ms = "—" if r["step_ms"] is None else f"{r['step_ms']:,.0f}"
+        lines.append(f"| {r['recipe']} | {r['seq']:,} | {r['predicted_bytes'] / gib:.2f} | {measured} | {error} | {ms} | "
+                     f"{t4:,} | {ok} | {r['most_tokens this card']:,} |")
     lines += ["", "Predicted peak (GiB) by sequence length:", "",
               "| plan | " + " | ".join(f"{s:,}" for s in result["lengths"]) + " |",
               "| --- |" + " --- |" * len(result["lengths"])]

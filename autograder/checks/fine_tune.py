@@ -722,6 +722,181 @@ def check_fake_step_memory(fake_step_memory, cases: str = "visible") -> None:
                                   f"({peak / want - 1:+.1%}; the two agree within 2% on these models)")
 
 
+# ------------------------------------------------------------------------------------------------ plan
+
+class CountingPredictor:
+    """A predictor of the check's own: peak(plan, seq) = base[plan] + per_token[plan] · seq, counting its calls."""
+
+    def __init__(self, base: dict, per_token: dict | None = None):
+        self.base, self.per_token, self.calls = base, per_token or {}, []
+
+    def __call__(self, plan, cfg, seq):
+        self.calls.append((plan, seq))
+        if plan not in self.base:
+            raise CheckFailed(f"predict was called with plan={plan!r}: call it with the names of PLANS")
+        return self.base[plan] + self.per_token.get(plan, 0) * seq
+
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class PlanCase:
+    label: str
+    card: int
+    peaks: tuple  # each plan's peak (bytes), in PLANS' order
+    hidden: bool
+    seq: int = 512
+
+    def axes(self) -> dict:
+        return {"plan case": self.label}
+
+
+def _budget(card: int) -> float:
+    return reference.HEADROOM * card
+
+
+PLAN_CASES = [
+    PlanCase("the first plan fits", 100 * GIB, (50 * GIB, 40 * GIB, 30 * GIB, 20 * GIB, 10 * GIB, 5 * GIB), False),
+    PlanCase("a later plan fits", 24 * GIB, (150 * GIB, 75 * GIB, 44 * GIB, 21 * GIB, 34 * GIB, 13 * GIB), False),
+    PlanCase("a peak exactly at the budget", 10**10, (10**10, 9 * 10**9, 8 * 10**9, 7 * 10**9, 6 * 10**9, 5 * 10**9),
+             False),
+    PlanCase("the preferred plan, not the smallest", 16 * GIB, (40 * GIB, 14 * GIB, 12 * GIB, 10 * GIB, 6 * GIB, 4 * GIB),
+             False),
+    PlanCase("nothing fits", 15 * GIB, (150 * GIB, 75 * GIB, 44 * GIB, 22 * GIB, 34 * GIB, 14 * GIB), False),
+    PlanCase("the first plan fits", 80 * 10**9, (70 * GIB, 45 * GIB, 43 * GIB, 22 * GIB, 34 * GIB, 13 * GIB), True),
+    PlanCase("a later plan fits", 40 * 10**9, (150 * GIB, 45 * GIB, 43 * GIB, 22 * GIB, 34 * GIB, 13 * GIB), True),
+    PlanCase("a peak exactly at the budget", 2 * 10**10, (3 * 10**10, 2 * 10**10, 18 * 10**9, 1, 1, 1), True),
+    PlanCase("the preferred plan, not the smallest", 90 * GIB, (100 * GIB, 80 * GIB, 60 * GIB, 30 * GIB, 20 * GIB, GIB),
+             True),
+    PlanCase("nothing fits", GIB, (9 * GIB, 8 * GIB, 7 * GIB, 6 * GIB, 5 * GIB, 2 * GIB), True),
+]
+
+
+@dataclass(frozen=True)
+class TokensCase:
+    label: str
+    max_seq_len: int
+    base: int
+    per_token: int
+    card: int
+    hidden: bool
+
+    def axes(self) -> dict:
+        return {"tokens case": self.label}
+
+    def expected(self) -> int:
+        steps = [s for s in range(reference.SEQ_STEP, self.max_seq_len + 1, reference.SEQ_STEP)
+                 if self.base + self.per_token * s <= _budget(self.card)]
+        return max(steps, default=0)
+
+
+TOKENS_CASES = [
+    TokensCase("an answer in the middle", 131_072, 16 * GIB, 1_000_000, 40 * GIB, False),
+    TokensCase("a peak exactly at the budget", 8192, 9 * 10**9 - 4096 * 10**6, 10**6, 10**10, False),
+    TokensCase("not even one step fits", 65_536, 20 * GIB, 10**6, 15 * GIB, False),
+    TokensCase("everything fits (max_seq_len not a multiple)", 1000, GIB, 10, 80 * GIB, False),
+    TokensCase("an answer in the middle", 131_072, 5 * GIB, 3_000_000, 80 * 10**9, True),
+    TokensCase("a peak exactly at the budget", 32_768, 18 * 10**9 - 256 * 10**6, 10**6, 2 * 10**10, True),
+    TokensCase("not even one step fits", 4096, 14 * GIB, 1, 15 * GIB, True),
+    TokensCase("everything fits (max_seq_len not a multiple)", 131_000, GIB, 1, 80 * GIB, True),
+]
+
+
+@dataclass(frozen=True)
+class InvalidPlanCase:
+    argument: str
+    value: object
+    hidden: bool
+
+    def axes(self) -> dict:
+        return {"invalid": self.argument}
+
+
+INVALID_PLAN_CASES = [InvalidPlanCase("card_bytes", 0, False), InvalidPlanCase("seq", 0, False),
+                      InvalidPlanCase("seq", 10**9, False), InvalidPlanCase("plan", "LoRA", False),
+                      InvalidPlanCase("card_bytes", 1.5e10, True), InvalidPlanCase("seq", -4, True),
+                      InvalidPlanCase("card_bytes", True, True), InvalidPlanCase("plan", "lora r=16, bf16 base", True)]
+
+
+@dataclass(frozen=True)
+class MeasuredPlanCase:
+    """course-tiny with the reference's fake predictor, a budget that lets exactly `plan` fit first."""
+    plan: str
+    seq: int
+    hidden: bool
+
+    def axes(self) -> dict:
+        return {"measured": "course-tiny, fake-tensor predictor"}
+
+
+MEASURED_PLAN_CASES = [MeasuredPlanCase(reference.PLANS[2], 64, False), MeasuredPlanCase(reference.PLANS[3], 128, True)]
+
+
+def _tiny_predictor():
+    cache = {}
+
+    def predict(plan, cfg, seq):
+        if (plan, seq) not in cache:
+            cache[(plan, seq)] = reference.fake_peak(plan, cfg, seq)
+        return cache[(plan, seq)]
+    return predict
+
+
+def check_plan(plan_fine_tune, most_tokens, cases: str = "visible") -> None:
+    plans = reference.PLANS
+    tiny = COURSE_CONFIGS["tiny"]
+    for case in _plan(PLAN_CASES, cases):
+        predict = CountingPredictor(dict(zip(plans, case.peaks)))
+        what = f"plan_fine_tune({case.card:,} bytes, {tiny.name}, seq={case.seq}) ({case.label}; peaks {case.peaks})"
+        got = call_learner(plan_fine_tune, case.card, tiny, case.seq, predict, what=what)
+        fitting = [p for p, peak in zip(plans, case.peaks) if peak <= _budget(case.card)]
+        want = {"plan": fitting[0], "peak": case.peaks[plans.index(fitting[0])]} if fitting else None
+        if got != want:
+            raise CheckFailed(f"{what}: expected {want}, got {got} (the first of PLANS, in their order, whose peak is at "
+                              f"most HEADROOM × card_bytes = {_budget(case.card):,.0f})")
+        needed = plans.index(fitting[0]) + 1 if fitting else len(plans)
+        if len(predict.calls) > needed:
+            raise CheckFailed(f"{what}: predict was called {len(predict.calls)} times, {needed} are needed: stop at the "
+                              "first plan that fits")
+    for case in _plan(TOKENS_CASES, cases):
+        cfg = tiny.scaled(max_seq_len=case.max_seq_len)
+        predict = CountingPredictor({plans[2]: case.base}, {plans[2]: case.per_token})
+        what = (f"most_tokens({case.card:,} bytes, max_seq_len {case.max_seq_len:,}, peak = {case.base:,} + "
+                f"{case.per_token:,} × seq) ({case.label})")
+        got = call_learner(most_tokens, case.card, cfg, plans[2], predict, what=what)
+        if got != case.expected():
+            raise CheckFailed(f"{what}: expected {case.expected():,}, got {got!r} (the largest multiple of {reference.SEQ_STEP} "
+                              f"up to max_seq_len whose peak is at most {_budget(case.card):,.0f}; 0 if none)")
+        limit = math.ceil(math.log2(case.max_seq_len // reference.SEQ_STEP + 1)) + 2
+        if len(predict.calls) > limit:
+            raise CheckFailed(f"{what}: predict was called {len(predict.calls)} times: a bisection needs at most {limit}")
+    for case in _plan(INVALID_PLAN_CASES, cases):
+        predict = CountingPredictor(dict.fromkeys(plans, 1))
+        if case.argument == "plan":
+            call = (lambda: most_tokens(10**10, tiny, case.value, predict))
+        elif case.argument == "seq":
+            call = (lambda: plan_fine_tune(10**10, tiny, case.value, predict))
+        else:
+            call = (lambda: plan_fine_tune(case.value, tiny, 64, predict))
+        expect_value_error(call, what=f"{case.argument}={case.value!r}", why=f"for {case.argument}={case.value!r}")
+    for case in _plan(MEASURED_PLAN_CASES, cases):
+        predict = _tiny_predictor()
+        index = plans.index(case.plan)
+        peaks = {p: predict(p, tiny, case.seq) for p in plans[:index + 1]}
+        card = math.ceil(peaks[case.plan] / reference.HEADROOM)
+        if any(peaks[p] <= _budget(card) for p in plans[:index]):
+            raise AssertionError(f"the check's budget for {case.plan} lets an earlier plan fit")  # the check's own bug
+        what = f"plan_fine_tune({card:,} bytes, {tiny.name}, seq={case.seq}) with the fake-tensor predictor"
+        got = call_learner(plan_fine_tune, card, tiny, case.seq, predict, what=what)
+        if not isinstance(got, dict) or got.get("plan") != case.plan:
+            raise CheckFailed(f"{what}: expected the plan {case.plan!r} (predicted {peaks[case.plan]:,} B), got {got}")
+        from memfit.training import measure_step
+        real = measure_step(reference.plan_trainer(case.plan, tiny, "cpu"), 1, case.seq, meter=LIVE_TENSORS)
+        if real.peak > _budget(card):  # the reference's predictor is exact on real steps: a learner cannot cause this
+            raise AssertionError(f"{case.plan}: measured {real.peak:,} B over the budget {_budget(card):,.0f}")
+
+
 # ------------------------------------------------------------------------------------------ the lesson's table
 
 AXES = {
@@ -740,11 +915,15 @@ AXES = {
             "layout": ("contiguous", "transposed"), "blocks per row": ("1", "several"),
             "invalid": ("1-D", "3-D", "int", "columns not a multiple of 64", "float64")},
     "fake_step_memory": {"recipe": ("full", "LoRA"), "compared with": ("real step", "formula, no real memory")},
+    "plan": {"plan case": tuple(dict.fromkeys(c.label for c in PLAN_CASES)),
+             "tokens case": tuple(dict.fromkeys(c.label for c in TOKENS_CASES)),
+             "invalid": ("card_bytes", "seq", "plan"), "measured": ("course-tiny, fake-tensor predictor",)},
 }
 
 _RECORDS = {"lora_state_bytes": (LORA_BYTES_CASES, INVALID_LORA_CASES), "lora_function": (NUMERICS_CASES,),
             "lora_memory": (MEMORY_CASES,), "nf4_code": (CODE_CASES,), "nf4": (NF4_CASES, INVALID_NF4_CASES),
-            "fake_step_memory": (FAKE_CASES,)}
+            "fake_step_memory": (FAKE_CASES,),
+            "plan": (PLAN_CASES, TOKENS_CASES, INVALID_PLAN_CASES, MEASURED_PLAN_CASES)}
 
 
 def case_axes(check: str, cases: str) -> list[dict]:
@@ -766,4 +945,5 @@ CHECKS = [
     Check("nf4_code", 1, check_nf4_code, uses=("nf4_code",)),
     Check("nf4", 3, check_nf4, uses=("quantize_nf4", "dequantize_nf4")),
     Check("fake_step_memory", 2, check_fake_step_memory, uses=("fake_step_memory",), timeout_s=300.0),
+    Check("plan", 3, check_plan, uses=("plan_fine_tune", "most_tokens"), timeout_s=300.0),
 ]

@@ -437,3 +437,74 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
             return host.to(device, non_blocking=True)
 
         super().__init__(pack, unpack)
+
+
+PLANS = ("full: amp, AdamW", "full: bf16, 8-bit AdamW, full recomputation", "LoRA r=16, bf16 base",
+         "LoRA r=16, bf16 base, full recomputation", "QLoRA r=16, NF4 base", "QLoRA r=16, NF4 base, full recomputation")
+HEADROOM = 0.9  # of a card's memory a plan may use
+SEQ_STEP = 256  # most_tokens answers in multiples of this many tokens
+
+
+def adamw8bit(params, lr: float = 1e-5):
+    """Lesson 07's FusedAdamW8bit, built outside any fake mode: its dynamic code is computed with .tolist(), which a
+    fake tensor cannot answer; the code is kept on the parameters' device (the states, made in the step, are fake
+    there; the step launches no kernel on fake tensors)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from memfit.from_lessons.quantization import FusedAdamW8bit
+    params = list(params)
+    with unset_fake_temporarily():
+        optimizer = FusedAdamW8bit(params, lr=lr, weight_decay=0.0)
+        optimizer.codes = {k: c.to(params[0].device) for k, c in optimizer.codes.items()}
+    return optimizer
+
+
+def plan_trainer(plan: str, cfg, device=None):
+    """The course Trainer of one of PLANS (LoRA and QLoRA: r = 16 on every block matrix)."""
+    from memfit.training import Trainer
+    if plan not in PLANS:
+        raise ValueError(f"plan must be one of {PLANS}, not {plan!r}")
+    recompute = "full" if plan.endswith("full recomputation") else "none"
+    if plan == PLANS[0]:
+        return Trainer(cfg, "amp", "adamw", recompute, device)
+    if plan == PLANS[1]:
+        return Trainer(cfg, "bf16", adamw8bit, recompute, device)
+    build = qlora_trainer if plan.startswith("QLoRA") else lora_trainer
+    return build(cfg, 16, recompute=recompute, device=device)
+
+
+def fake_peak(plan: str, cfg, seq: int, device="cpu") -> int:
+    """The predicted peak bytes of one step of `plan` on one sequence of `seq` tokens (fake tensors)."""
+    return fake_step_memory(lambda: plan_trainer(plan, cfg, device), 1, seq).peak
+
+
+def _check_plan_args(card_bytes, cfg, seq=None, plan=None) -> None:
+    for name, value in (("card_bytes", card_bytes), ("seq", seq)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f"{name} must be a positive int, not {value!r}")
+    if seq is not None and seq > cfg.max_seq_len:
+        raise ValueError(f"seq={seq} is beyond {cfg.name}'s max_seq_len ({cfg.max_seq_len})")
+    if plan is not None and plan not in PLANS:
+        raise ValueError(f"plan must be one of {PLANS}, not {plan!r}")
+
+
+def plan_fine_tune(card_bytes: int, cfg, seq: int, predict=fake_peak):
+    """The first of PLANS whose predicted peak fits HEADROOM of the card: {"plan", "peak"}, or None."""
+    _check_plan_args(card_bytes, cfg, seq=seq)
+    for plan in PLANS:
+        peak = predict(plan, cfg, seq)
+        if peak <= HEADROOM * card_bytes:
+            return {"plan": plan, "peak": peak}
+    return None
+
+
+def most_tokens(card_bytes: int, cfg, plan: str, predict=fake_peak) -> int:
+    """The longest sequence (a multiple of SEQ_STEP, at most cfg.max_seq_len) whose predicted peak fits, or 0."""
+    _check_plan_args(card_bytes, cfg, plan=plan)
+    lo, hi = 0, cfg.max_seq_len // SEQ_STEP  # lo steps fit (0 always does), hi + 1 do not (or are too long)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if predict(plan, cfg, mid * SEQ_STEP) <= HEADROOM * card_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * SEQ_STEP

@@ -357,3 +357,104 @@ def fake_step_meta_device(make_trainer, batch, seq):  # right: the same step, it
     del mode
     return StepMemory(int(step.peak), dict(step.states), int(step.extra), step.meter)
 
+
+
+# ------------------------------------------------------------------------------------------ plan
+def _budget(card_bytes):
+    return ref.HEADROOM * card_bytes
+
+
+def plan_smallest_peak(card_bytes, cfg, seq, predict=None):  # the smallest peak that fits, not the preferred plan
+    ref._check_plan_args(card_bytes, cfg, seq=seq)
+    peaks = {p: predict(p, cfg, seq) for p in ref.PLANS}
+    fitting = [p for p in ref.PLANS if peaks[p] <= _budget(card_bytes)]
+    best = min(fitting, key=peaks.get, default=None)
+    return {"plan": best, "peak": peaks[best]} if best else None
+
+
+def plan_strictly_below(card_bytes, cfg, seq, predict=None):  # a peak equal to the budget does not fit
+    ref._check_plan_args(card_bytes, cfg, seq=seq)
+    for plan in ref.PLANS:
+        peak = predict(plan, cfg, seq)
+        if peak < _budget(card_bytes):
+            return {"plan": plan, "peak": peak}
+    return None
+
+
+def plan_no_headroom(card_bytes, cfg, seq, predict=None):  # the whole card
+    ref._check_plan_args(card_bytes, cfg, seq=seq)
+    for plan in ref.PLANS:
+        peak = predict(plan, cfg, seq)
+        if peak <= card_bytes:
+            return {"plan": plan, "peak": peak}
+    return None
+
+
+def plan_predicts_every_plan(card_bytes, cfg, seq, predict=None):  # right answer, every plan predicted first
+    ref._check_plan_args(card_bytes, cfg, seq=seq)
+    peaks = [(plan, predict(plan, cfg, seq)) for plan in ref.PLANS]
+    return next(({"plan": p, "peak": peak} for p, peak in peaks if peak <= _budget(card_bytes)), None)
+
+
+def plan_returns_name(card_bytes, cfg, seq, predict=None):
+    got = ref.plan_fine_tune(card_bytes, cfg, seq, predict)
+    return got["plan"] if got else None
+
+
+def plan_no_validation(card_bytes, cfg, seq, predict=None):
+    for plan in ref.PLANS:
+        peak = predict(plan, cfg, seq)
+        if peak <= _budget(card_bytes):
+            return {"plan": plan, "peak": peak}
+    return None
+
+
+def plan_with_next(card_bytes, cfg, seq, predict=None):  # right: a generator, stopped at the first fit
+    ref._check_plan_args(card_bytes, cfg, seq=seq)
+    tried = ((plan, predict(plan, cfg, seq)) for plan in ref.PLANS)
+    return next(({"plan": p, "peak": peak} for p, peak in tried if peak <= _budget(card_bytes)), None)
+
+
+def tokens_every_length(card_bytes, cfg, plan, predict=None):  # right answers, one prediction per length
+    ref._check_plan_args(card_bytes, cfg, plan=plan)
+    best = 0
+    for seq in range(ref.SEQ_STEP, cfg.max_seq_len + 1, ref.SEQ_STEP):
+        if predict(plan, cfg, seq) <= _budget(card_bytes):
+            best = seq
+    return best
+
+
+def tokens_powers_of_two(card_bytes, cfg, plan, predict=None):  # doubling only
+    ref._check_plan_args(card_bytes, cfg, plan=plan)
+    best, seq = 0, ref.SEQ_STEP
+    while seq <= cfg.max_seq_len and predict(plan, cfg, seq) <= _budget(card_bytes):
+        best, seq = seq, 2 * seq
+    return best
+
+
+def tokens_fixed_ceiling(card_bytes, cfg, plan, predict=None):  # Llama's 131,072, whatever the model's limit
+    return ref.most_tokens(card_bytes, cfg.scaled(max_seq_len=131_072), plan, predict)
+
+
+def tokens_first_that_fails(card_bytes, cfg, plan, predict=None):  # the bisection's other end
+    ref._check_plan_args(card_bytes, cfg, plan=plan)
+    lo, hi = 0, cfg.max_seq_len // ref.SEQ_STEP
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if predict(plan, cfg, mid * ref.SEQ_STEP) <= _budget(card_bytes):
+            lo = mid
+        else:
+            hi = mid - 1
+    return min(lo + 1, cfg.max_seq_len // ref.SEQ_STEP) * ref.SEQ_STEP if lo else 0
+
+
+def tokens_lower_mid(card_bytes, cfg, plan, predict=None):  # right: a bisection on the first length that fails
+    ref._check_plan_args(card_bytes, cfg, plan=plan)
+    lo, hi = 1, cfg.max_seq_len // ref.SEQ_STEP + 1  # the first failing step is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if predict(plan, cfg, mid * ref.SEQ_STEP) <= _budget(card_bytes):
+            lo = mid + 1
+        else:
+            hi = mid
+    return (lo - 1) * ref.SEQ_STEP

@@ -99,6 +99,10 @@ def _nf4(quantize: str, dequantize: str, message: str) -> Wrong:
     return Wrong({"quantize_nf4": quantize, "dequantize_nf4": dequantize}, message, visible=True)
 
 
+def _plan(plan: str, tokens: str, message: str) -> Wrong:
+    return Wrong({"plan_fine_tune": plan, "most_tokens": tokens}, message, visible=True)
+
+
 def _q4(quantize: str, message: str, visible: bool = False) -> Wrong:
     return Wrong({"quantize_q4_0": quantize, "dequantize_q4_0": "q4_dequantize"}, message, visible=visible)
 
@@ -406,6 +410,18 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
                       Wrong("fake_step_first_step", r"differ from the real step's", visible=True),
                       Wrong("fake_step_forward_only", r"the same step on real tensors", visible=True)],
             "right": [Right("fake_step_meta_device")]},
+        "plan": {
+            "wrong": [_plan("plan_smallest_peak", REF, r"the first of PLANS, in their order"),
+                      _plan("plan_strictly_below", REF, r"the first of PLANS, in their order"),
+                      _plan("plan_no_headroom", REF, r"at most HEADROOM × card_bytes"),
+                      _plan("plan_predicts_every_plan", REF, r"predict was called 6 times, 1 are needed"),
+                      _plan("plan_returns_name", REF, r"expected \{'plan'"),
+                      _plan("plan_no_validation", REF, r"returned a value: raise ValueError"),
+                      _plan(REF, "tokens_every_length", r"a bisection needs at most"),
+                      _plan(REF, "tokens_powers_of_two", r"most_tokens.*expected"),
+                      _plan(REF, "tokens_fixed_ceiling", r"expected 768|a bisection needs at most"),
+                      _plan(REF, "tokens_first_that_fails", r"most_tokens.*expected")],
+            "right": [Right({"plan_fine_tune": "plan_with_next", "most_tokens": "tokens_lower_mid"})]},
     },
 }
 
