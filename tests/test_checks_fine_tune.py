@@ -4,6 +4,7 @@ tests/mutants/fine_tune.py, run by tests/test_registry_entries.py."""
 import pytest
 import torch
 
+import memfit
 import memfit.from_lessons.fine_tune as ref
 from autograder.checks import fine_tune as checks
 from memfit.gpt import COURSE_CONFIGS
@@ -56,19 +57,19 @@ def test_the_lora_layer_starts_as_the_base_layer():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_the_nf4_matmul_is_dequantize_then_matmul(dtype):
     """The given QLoRA kernel: ragged M and N, every tile class the CPU has, a 3-D and a strided x."""
-    gen = torch.Generator().manual_seed(0)
-    code = ref.nf4_code()
+    gen, device = torch.Generator().manual_seed(0), memfit.DEVICE
+    code = ref.nf4_code().to(device)
     for m, n, k in ((1, 96, 192), (5, 64, 64), (33, 200, 128), (300, 72, 256)):
-        q = ref.quantize_nf4(torch.randn(n, k, generator=gen) * 0.05)
-        x = torch.randn(m, k, generator=gen).to(dtype)
+        q = ref.quantize_nf4((torch.randn(n, k, generator=gen) * 0.05).to(device))
+        x = torch.randn(m, k, generator=gen).to(device, dtype)
         exact = x.double() @ ref.dequantize_nf4(q).double().t()
         same = (x @ ref.dequantize_nf4(q).to(dtype).t()).double()
         got = ref.nf4_matmul(x, q.codes, q.absmax, code)
         assert got.dtype == dtype and got.shape == (m, n)
         tol = 2 * (same - exact).abs().max() + 4 * torch.finfo(dtype).eps * max(1.0, exact.abs().max().item())
         assert (got.double() - exact).abs().max() <= tol, (m, n, k, dtype)
-    x3 = torch.randn(7, 2, 128, generator=gen).to(dtype).transpose(0, 1)  # 3-D, not contiguous
-    q = ref.quantize_nf4(torch.randn(40, 128, generator=gen) * 0.05)
+    x3 = torch.randn(7, 2, 128, generator=gen).to(device, dtype).transpose(0, 1)  # 3-D, not contiguous
+    q = ref.quantize_nf4((torch.randn(40, 128, generator=gen) * 0.05).to(device))
     expected = x3.float() @ ref.dequantize_nf4(q).t()
     got = ref.nf4_matmul(x3, q.codes, q.absmax, code).float()
     assert (got - expected).abs().max() <= 4 * torch.finfo(dtype).eps * expected.abs().max() * 8
@@ -78,18 +79,20 @@ def test_qlora_is_lora_on_the_dequantized_weight_and_its_fake_step_is_the_real_o
     from memfit.meter import LIVE_TENSORS
     from memfit.training import measure_step
     torch.manual_seed(0)
-    base = torch.nn.Linear(128, 96, bias=False)
+    device = memfit.DEVICE
+    base = torch.nn.Linear(128, 96, bias=False, device=device)
     q_layer = ref.QLoRALinear(base, 4, 8.0)
     torch.nn.init.normal_(q_layer.lora_b)
-    dense = ref.LoRALinear(torch.nn.Linear(128, 96, bias=False), 4, 8.0)
+    dense = ref.LoRALinear(torch.nn.Linear(128, 96, bias=False, device=device), 4, 8.0)
     dense.weight.data = ref.dequantize_nf4(ref.quantize_nf4(base.weight.detach()))
     dense.lora_a.data, dense.lora_b.data = q_layer.lora_a.data.clone(), q_layer.lora_b.data.clone()
-    xq, xd = (torch.randn(3, 5, 128, generator=torch.Generator().manual_seed(1)).requires_grad_() for _ in range(2))
+    xq, xd = (torch.randn(3, 5, 128, generator=torch.Generator().manual_seed(1)).to(device).requires_grad_()
+              for _ in range(2))
     q_layer(xq).square().sum().backward()
     dense(xd).square().sum().backward()
     for a, b in ((xq.grad, xd.grad), (q_layer.lora_a.grad, dense.lora_a.grad), (q_layer.lora_b.grad, dense.lora_b.grad)):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
-    make = lambda: ref.qlora_trainer(COURSE_CONFIGS["tiny"], 4, device="cpu")  # noqa: E731
+    make = lambda: ref.qlora_trainer(COURSE_CONFIGS["tiny"], 4, device=device)  # noqa: E731
     real = measure_step(make(), 2, 32, meter=LIVE_TENSORS)
     fake = ref.fake_step_memory(make, 2, 32)
     assert fake.peak == real.peak and fake.states == real.states

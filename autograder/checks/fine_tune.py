@@ -764,6 +764,8 @@ PLAN_CASES = [
     PlanCase("the preferred plan, not the smallest", 16 * GIB, (40 * GIB, 14 * GIB, 12 * GIB, 10 * GIB, 6 * GIB, 4 * GIB),
              False),
     PlanCase("nothing fits", 15 * GIB, (150 * GIB, 75 * GIB, 44 * GIB, 22 * GIB, 34 * GIB, 14 * GIB), False),
+    PlanCase("a peak one byte over the budget", 10**10, (9 * 10**9 + 1, 9 * 10**9, 1, 1, 1, 1), False),
+    PlanCase("a peak one byte over the budget", 4 * 10**10, (4 * 10**10, 36 * 10**9 + 1, 36 * 10**9, 1, 1, 1), True),
     PlanCase("the first plan fits", 80 * 10**9, (70 * GIB, 45 * GIB, 43 * GIB, 22 * GIB, 34 * GIB, 13 * GIB), True),
     PlanCase("a later plan fits", 40 * 10**9, (150 * GIB, 45 * GIB, 43 * GIB, 22 * GIB, 34 * GIB, 13 * GIB), True),
     PlanCase("a peak exactly at the budget", 2 * 10**10, (3 * 10**10, 2 * 10**10, 18 * 10**9, 1, 1, 1), True),
@@ -795,6 +797,8 @@ TOKENS_CASES = [
     TokensCase("an answer in the middle", 131_072, 16 * GIB, 1_000_000, 40 * GIB, False),
     TokensCase("a peak exactly at the budget", 8192, 9 * 10**9 - 4096 * 10**6, 10**6, 10**10, False),
     TokensCase("not even one step fits", 65_536, 20 * GIB, 10**6, 15 * GIB, False),
+    TokensCase("a peak one byte over the budget", 8192, 9 * 10**9 - 4096 * 10**6 + 1, 10**6, 10**10, False),
+    TokensCase("a peak one byte over the budget", 65_536, 18 * 10**9 - 2048 * 10**6 + 1, 10**6, 2 * 10**10, True),
     TokensCase("everything fits (max_seq_len not a multiple)", 1000, GIB, 10, 80 * GIB, False),
     TokensCase("an answer in the middle", 131_072, 5 * GIB, 3_000_000, 80 * 10**9, True),
     TokensCase("a peak exactly at the budget", 32_768, 18 * 10**9 - 256 * 10**6, 10**6, 2 * 10**10, True),
@@ -808,15 +812,19 @@ class InvalidPlanCase:
     argument: str
     value: object
     hidden: bool
+    function: str = "plan_fine_tune"  # card_bytes: each function checks its own
 
     def axes(self) -> dict:
-        return {"invalid": self.argument}
+        return {"invalid": f"{self.argument} ({self.function})"}
 
 
 INVALID_PLAN_CASES = [InvalidPlanCase("card_bytes", 0, False), InvalidPlanCase("seq", 0, False),
-                      InvalidPlanCase("seq", 10**9, False), InvalidPlanCase("plan", "LoRA", False),
+                      InvalidPlanCase("seq", 10**9, False), InvalidPlanCase("plan", "LoRA", False, "most_tokens"),
+                      InvalidPlanCase("card_bytes", 2.5e10, False, "most_tokens"),
                       InvalidPlanCase("card_bytes", 1.5e10, True), InvalidPlanCase("seq", -4, True),
-                      InvalidPlanCase("card_bytes", True, True), InvalidPlanCase("plan", "lora r=16, bf16 base", True)]
+                      InvalidPlanCase("card_bytes", True, True), InvalidPlanCase("plan", "lora r=16, bf16 base", True,
+                                                                                 "most_tokens"),
+                      InvalidPlanCase("card_bytes", -1, True, "most_tokens"), InvalidPlanCase("seq", 513, True)]
 
 
 @dataclass(frozen=True)
@@ -877,9 +885,12 @@ def check_plan(plan_fine_tune, most_tokens, cases: str = "visible") -> None:
             call = (lambda: most_tokens(10**10, tiny, case.value, predict))
         elif case.argument == "seq":
             call = (lambda: plan_fine_tune(10**10, tiny, case.value, predict))
+        elif case.function == "most_tokens":
+            call = (lambda: most_tokens(case.value, tiny, reference.PLANS[2], predict))
         else:
             call = (lambda: plan_fine_tune(case.value, tiny, 64, predict))
-        expect_value_error(call, what=f"{case.argument}={case.value!r}", why=f"for {case.argument}={case.value!r}")
+        expect_value_error(call, what=f"{case.function} with {case.argument}={case.value!r}",
+                           why=f"for {case.argument}={case.value!r}")
     for case in _plan(MEASURED_PLAN_CASES, cases):
         predict = _tiny_predictor()
         index = plans.index(case.plan)
@@ -917,7 +928,8 @@ AXES = {
     "fake_step_memory": {"recipe": ("full", "LoRA"), "compared with": ("real step", "formula, no real memory")},
     "plan": {"plan case": tuple(dict.fromkeys(c.label for c in PLAN_CASES)),
              "tokens case": tuple(dict.fromkeys(c.label for c in TOKENS_CASES)),
-             "invalid": ("card_bytes", "seq", "plan"), "measured": ("course-tiny, fake-tensor predictor",)},
+             "invalid": ("card_bytes (plan_fine_tune)", "card_bytes (most_tokens)", "seq (plan_fine_tune)",
+                         "plan (most_tokens)"), "measured": ("course-tiny, fake-tensor predictor",)},
 }
 
 _RECORDS = {"lora_state_bytes": (LORA_BYTES_CASES, INVALID_LORA_CASES), "lora_function": (NUMERICS_CASES,),

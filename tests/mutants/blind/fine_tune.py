@@ -716,3 +716,431 @@ WHY = {
     "fake_step_memory_two_modes": "build and measure under the one FakeTensorMode",
     "fake_step_memory_measure_after_exit": "measure_step must run 'there', under FakeTensorMode",
 }
+
+
+# ============================================================================================================
+# Exercise 6: plan_fine_tune, most_tokens (check "plan"; written from section 7's text alone)
+# ============================================================================================================
+
+import bisect as _bisect  # noqa: E402
+
+from memfit.from_lessons.fine_tune import HEADROOM, PLANS, SEQ_STEP, fake_peak  # noqa: E402
+
+
+def _plan_args(card_bytes, cfg, seq=None, plan=None, *, float_ok=False, typeerror=False, max_check="strict",
+               seq_sign="positive", plan_check=True):
+    """ValueError naming the argument (the text's rules), with switches for the mistakes below."""
+    def positive_int(name, value, sign="positive"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            if float_ok and isinstance(value, float):
+                pass
+            elif typeerror:
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+            else:
+                raise ValueError(f"{name} must be a positive int, not {value!r}")
+        if value < 0 or (sign == "positive" and value == 0):
+            raise ValueError(f"{name} must be a positive int, not {value!r}")
+    positive_int("card_bytes", card_bytes)
+    if seq is not None:
+        positive_int("seq", seq, seq_sign)
+        if max_check == "strict" and seq > cfg.max_seq_len:
+            raise ValueError(f"seq={seq} is beyond cfg.max_seq_len={cfg.max_seq_len}")
+        if max_check == "off_by_one" and seq >= cfg.max_seq_len:
+            raise ValueError(f"seq={seq} must be below cfg.max_seq_len={cfg.max_seq_len}")
+    if plan_check and plan is not None and plan not in PLANS:
+        raise ValueError(f"plan must be one of {PLANS}, not {plan!r}")
+
+
+# ---- plan_fine_tune -----------------------------------------------------------------------------------------
+
+def plan_fine_tune_loop(card_bytes, cfg, seq, predict=fake_peak):
+    """RIGHT: the plain loop, one prediction per plan tried, stop at the first that fits."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    budget = HEADROOM * card_bytes
+    for plan in PLANS:
+        peak = predict(plan, cfg, seq)
+        if peak <= budget:
+            return {"plan": plan, "peak": peak}
+    return None
+
+
+def plan_fine_tune_next(card_bytes, cfg, seq, predict=fake_peak):
+    """RIGHT: a lazy generator and next(); predictions happen only as next() pulls them."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    peaks = ((plan, predict(plan, cfg, seq)) for plan in PLANS)
+    return next(({"plan": plan, "peak": peak} for plan, peak in peaks if peak <= HEADROOM * card_bytes), None)
+
+
+def plan_fine_tune_strict_less(card_bytes, cfg, seq, predict=fake_peak):
+    """WRONG: a peak exactly on the budget does not fit."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    for plan in PLANS:
+        peak = predict(plan, cfg, seq)
+        if peak < HEADROOM * card_bytes:
+            return {"plan": plan, "peak": peak}
+    return None
+
+
+def plan_fine_tune_whole_card(card_bytes, cfg, seq, predict=fake_peak):
+    """WRONG: the budget is the whole card, no HEADROOM."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    for plan in PLANS:
+        peak = predict(plan, cfg, seq)
+        if peak <= card_bytes:
+            return {"plan": plan, "peak": peak}
+    return None
+
+
+def plan_fine_tune_headroom_added(card_bytes, cfg, seq, predict=fake_peak):
+    """WRONG: reads HEADROOM as a margin on the peak: peak / HEADROOM must fit the card (budget 0.9 -> 1/0.9)."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    for plan in PLANS:
+        peak = predict(plan, cfg, seq)
+        if peak * (1 + (1 - HEADROOM)) <= card_bytes:
+            return {"plan": plan, "peak": peak}
+    return None
+
+
+def plan_fine_tune_predicts_all(card_bytes, cfg, seq, predict=fake_peak):
+    """WRONG: predicts every plan up front, then picks the first that fits (right answer, too many predictions)."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    peaks = {plan: predict(plan, cfg, seq) for plan in PLANS}
+    for plan in PLANS:
+        if peaks[plan] <= HEADROOM * card_bytes:
+            return {"plan": plan, "peak": peaks[plan]}
+    return None
+
+
+def plan_fine_tune_smallest_peak(card_bytes, cfg, seq, predict=fake_peak):
+    """WRONG: the fitting plan with the smallest peak (the 'safest'), not the first in order of preference."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    fits = [(predict(plan, cfg, seq), plan) for plan in PLANS]
+    fits = [(peak, plan) for peak, plan in fits if peak <= HEADROOM * card_bytes]
+    if not fits:
+        return None
+    peak, plan = min(fits)
+    return {"plan": plan, "peak": peak}
+
+
+def plan_fine_tune_no_break(card_bytes, cfg, seq, predict=fake_peak):
+    """WRONG: forgets to stop: the last plan that fits overwrites the first."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    choice = None
+    for plan in PLANS:
+        peak = predict(plan, cfg, seq)
+        if peak <= HEADROOM * card_bytes:
+            choice = {"plan": plan, "peak": peak}
+    return choice
+
+
+def plan_fine_tune_predict_twice(card_bytes, cfg, seq, predict=fake_peak):
+    """WRONG: predicts once to test and again to report the peak."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    for plan in PLANS:
+        if predict(plan, cfg, seq) <= HEADROOM * card_bytes:
+            return {"plan": plan, "peak": predict(plan, cfg, seq)}
+    return None
+
+
+def plan_fine_tune_returns_name(card_bytes, cfg, seq, predict=fake_peak):
+    """WRONG: returns the plan's name only."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    for plan in PLANS:
+        if predict(plan, cfg, seq) <= HEADROOM * card_bytes:
+            return plan
+    return None
+
+
+def plan_fine_tune_budget_as_peak(card_bytes, cfg, seq, predict=fake_peak):
+    """WRONG: reports the budget it fits under as "peak", not the predicted bytes."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    budget = HEADROOM * card_bytes
+    for plan in PLANS:
+        if predict(plan, cfg, seq) <= budget:
+            return {"plan": plan, "peak": int(budget)}
+    return None
+
+
+def plan_fine_tune_empty_when_none(card_bytes, cfg, seq, predict=fake_peak):
+    """WRONG: {"plan": None, "peak": None} when nothing fits, not None."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    for plan in PLANS:
+        peak = predict(plan, cfg, seq)
+        if peak <= HEADROOM * card_bytes:
+            return {"plan": plan, "peak": peak}
+    return {"plan": None, "peak": None}
+
+
+def plan_fine_tune_reversed(card_bytes, cfg, seq, predict=fake_peak):
+    """WRONG: walks PLANS from the leanest (QLoRA + recomputation) up and keeps the richest that still fits."""
+    _plan_args(card_bytes, cfg, seq=seq)
+    choice = None
+    for plan in reversed(PLANS):
+        peak = predict(plan, cfg, seq)
+        if peak > HEADROOM * card_bytes:
+            break
+        choice = {"plan": plan, "peak": peak}
+    return choice
+
+
+def _plan_with(**switches):
+    def plan_fine_tune(card_bytes, cfg, seq, predict=fake_peak):
+        _plan_args(card_bytes, cfg, seq=seq, **switches)
+        for plan in PLANS:
+            peak = predict(plan, cfg, seq)
+            if peak <= HEADROOM * card_bytes:
+                return {"plan": plan, "peak": peak}
+        return None
+    return plan_fine_tune
+
+
+plan_fine_tune_float_card = _plan_with(float_ok=True)
+plan_fine_tune_float_card.__doc__ = "WRONG: accepts a float card_bytes (80e9) and a float seq."
+plan_fine_tune_typeerror = _plan_with(typeerror=True)
+plan_fine_tune_typeerror.__doc__ = "WRONG: TypeError, not ValueError, for a card_bytes or seq that is not an int."
+plan_fine_tune_no_max_check = _plan_with(max_check="none")
+plan_fine_tune_no_max_check.__doc__ = "WRONG: a seq beyond cfg.max_seq_len is predicted, not refused."
+plan_fine_tune_max_off_by_one = _plan_with(max_check="off_by_one")
+plan_fine_tune_max_off_by_one.__doc__ = "WRONG: refuses seq == cfg.max_seq_len too."
+plan_fine_tune_seq_zero_ok = _plan_with(seq_sign="nonnegative")
+plan_fine_tune_seq_zero_ok.__doc__ = "WRONG: seq = 0 accepted (only negatives refused)."
+
+
+# ---- most_tokens --------------------------------------------------------------------------------------------
+
+def most_tokens_bisect(card_bytes, cfg, plan, predict=fake_peak):
+    """RIGHT: bisection over k = 1 .. max_seq_len // 256 with lo always fitting (0: nothing)."""
+    _plan_args(card_bytes, cfg, plan=plan)
+    budget = HEADROOM * card_bytes
+    lo, hi = 0, cfg.max_seq_len // SEQ_STEP
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if predict(plan, cfg, mid * SEQ_STEP) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * SEQ_STEP
+
+
+def most_tokens_bisect_key(card_bytes, cfg, plan, predict=fake_peak):
+    """RIGHT: the standard library's bisect with a key (a fit is False, a miss True: the first miss's index)."""
+    _plan_args(card_bytes, cfg, plan=plan)
+    steps = range(1, cfg.max_seq_len // SEQ_STEP + 1)
+    misses = _bisect.bisect_left(steps, True, key=lambda k: predict(plan, cfg, k * SEQ_STEP) > HEADROOM * card_bytes)
+    return misses * SEQ_STEP
+
+
+def most_tokens_ends_first(card_bytes, cfg, plan, predict=fake_peak):
+    """RIGHT: tries 256 (0 if it misses) and the longest (done if it fits) first, then bisects between them:
+    two predictions more, still O(log)."""
+    _plan_args(card_bytes, cfg, plan=plan)
+    budget = HEADROOM * card_bytes
+    n = cfg.max_seq_len // SEQ_STEP
+    if n == 0 or predict(plan, cfg, SEQ_STEP) > budget:
+        return 0
+    if predict(plan, cfg, n * SEQ_STEP) <= budget:
+        return n * SEQ_STEP
+    lo, hi = 1, n  # lo fits, hi misses
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if predict(plan, cfg, mid * SEQ_STEP) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo * SEQ_STEP
+
+
+def most_tokens_linear(card_bytes, cfg, plan, predict=fake_peak):
+    """WRONG: tries every length from 256 up until one misses."""
+    _plan_args(card_bytes, cfg, plan=plan)
+    best = 0
+    for seq in range(SEQ_STEP, cfg.max_seq_len + 1, SEQ_STEP):
+        if predict(plan, cfg, seq) > HEADROOM * card_bytes:
+            break
+        best = seq
+    return best
+
+
+def most_tokens_linear_down(card_bytes, cfg, plan, predict=fake_peak):
+    """WRONG: tries every length from the longest down until one fits."""
+    _plan_args(card_bytes, cfg, plan=plan)
+    for seq in range(cfg.max_seq_len // SEQ_STEP * SEQ_STEP, 0, -SEQ_STEP):
+        if predict(plan, cfg, seq) <= HEADROOM * card_bytes:
+            return seq
+    return 0
+
+
+def _most_with(*, strict=False, whole_card=False, hi_round=None, plan_check=True):
+    def most_tokens(card_bytes, cfg, plan, predict=fake_peak):
+        _plan_args(card_bytes, cfg, plan=plan, plan_check=plan_check)
+        budget = card_bytes if whole_card else HEADROOM * card_bytes
+        fits = (lambda p: p < budget) if strict else (lambda p: p <= budget)
+        n = cfg.max_seq_len // SEQ_STEP
+        if hi_round == "ceil":
+            n = -(-cfg.max_seq_len // SEQ_STEP)
+        elif hi_round == "nearest":
+            n = round(cfg.max_seq_len / SEQ_STEP)
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(predict(plan, cfg, mid * SEQ_STEP)):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo * SEQ_STEP
+    return most_tokens
+
+
+most_tokens_strict_less = _most_with(strict=True)
+most_tokens_strict_less.__doc__ = "WRONG: a length whose peak is exactly on the budget does not fit."
+most_tokens_whole_card = _most_with(whole_card=True)
+most_tokens_whole_card.__doc__ = "WRONG: the budget is the whole card, no HEADROOM."
+most_tokens_ceil_max = _most_with(hi_round="ceil")
+most_tokens_ceil_max.__doc__ = "WRONG: rounds max_seq_len up to a multiple of 256 (answers beyond cfg.max_seq_len)."
+most_tokens_nearest_max = _most_with(hi_round="nearest")
+most_tokens_nearest_max.__doc__ = "WRONG: rounds max_seq_len to the nearest multiple of 256."
+most_tokens_no_plan_check = _most_with(plan_check=False)
+most_tokens_no_plan_check.__doc__ = "WRONG: a plan not in PLANS goes to predict unchecked."
+
+
+def most_tokens_returns_max_len(card_bytes, cfg, plan, predict=fake_peak):
+    """WRONG: tries cfg.max_seq_len itself first and returns it when it fits (not a multiple of 256)."""
+    _plan_args(card_bytes, cfg, plan=plan)
+    budget = HEADROOM * card_bytes
+    if predict(plan, cfg, cfg.max_seq_len) <= budget:
+        return cfg.max_seq_len
+    lo, hi = 0, cfg.max_seq_len // SEQ_STEP
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if predict(plan, cfg, mid * SEQ_STEP) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * SEQ_STEP
+
+
+def most_tokens_never_top(card_bytes, cfg, plan, predict=fake_peak):
+    """WRONG: the classic lo = mid + 1 bisection that never tests the longest length (one step short when it fits)."""
+    _plan_args(card_bytes, cfg, plan=plan)
+    budget = HEADROOM * card_bytes
+    lo, hi = 1, cfg.max_seq_len // SEQ_STEP
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if predict(plan, cfg, mid * SEQ_STEP) <= budget:
+            lo = mid + 1
+        else:
+            hi = mid
+    return (lo - 1) * SEQ_STEP
+
+
+def most_tokens_at_least_256(card_bytes, cfg, plan, predict=fake_peak):
+    """WRONG: assumes the shortest length fits: 256 when nothing does, never 0."""
+    _plan_args(card_bytes, cfg, plan=plan)
+    budget = HEADROOM * card_bytes
+    lo, hi = 1, cfg.max_seq_len // SEQ_STEP
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if predict(plan, cfg, mid * SEQ_STEP) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * SEQ_STEP
+
+
+def most_tokens_token_bisect(card_bytes, cfg, plan, predict=fake_peak):
+    """WRONG: bisects over every token count 1 .. max_seq_len and rounds the answer down to 256: predicts lengths
+    that are no multiple of SEQ_STEP and takes log2(256) = 8 predictions more."""
+    _plan_args(card_bytes, cfg, plan=plan)
+    budget = HEADROOM * card_bytes
+    lo, hi = 0, cfg.max_seq_len
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if predict(plan, cfg, mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo // SEQ_STEP * SEQ_STEP
+
+
+def most_tokens_float_card(card_bytes, cfg, plan, predict=fake_peak):
+    """WRONG: accepts a float card_bytes."""
+    _plan_args(card_bytes, cfg, plan=plan, float_ok=True)
+    return most_tokens_bisect(int(card_bytes) if isinstance(card_bytes, float) else card_bytes, cfg, plan, predict)
+
+
+def _plan_entry(p, m):
+    return {"plan_fine_tune": p, "most_tokens": m}
+
+
+BLIND["plan"] = {
+    "wrong": [
+        _plan_entry("plan_fine_tune_strict_less", "ref"),
+        _plan_entry("plan_fine_tune_whole_card", "ref"),
+        _plan_entry("plan_fine_tune_headroom_added", "ref"),
+        _plan_entry("plan_fine_tune_predicts_all", "ref"),
+        _plan_entry("plan_fine_tune_smallest_peak", "ref"),
+        _plan_entry("plan_fine_tune_no_break", "ref"),
+        _plan_entry("plan_fine_tune_predict_twice", "ref"),
+        _plan_entry("plan_fine_tune_returns_name", "ref"),
+        _plan_entry("plan_fine_tune_budget_as_peak", "ref"),
+        _plan_entry("plan_fine_tune_empty_when_none", "ref"),
+        _plan_entry("plan_fine_tune_reversed", "ref"),
+        _plan_entry("plan_fine_tune_float_card", "ref"),
+        _plan_entry("plan_fine_tune_typeerror", "ref"),
+        _plan_entry("plan_fine_tune_no_max_check", "ref"),
+        _plan_entry("plan_fine_tune_max_off_by_one", "ref"),
+        _plan_entry("plan_fine_tune_seq_zero_ok", "ref"),
+        _plan_entry("ref", "most_tokens_linear"),
+        _plan_entry("ref", "most_tokens_linear_down"),
+        _plan_entry("ref", "most_tokens_strict_less"),
+        _plan_entry("ref", "most_tokens_whole_card"),
+        _plan_entry("ref", "most_tokens_ceil_max"),
+        _plan_entry("ref", "most_tokens_nearest_max"),
+        _plan_entry("ref", "most_tokens_no_plan_check"),
+        _plan_entry("ref", "most_tokens_returns_max_len"),
+        _plan_entry("ref", "most_tokens_never_top"),
+        _plan_entry("ref", "most_tokens_at_least_256"),
+        _plan_entry("ref", "most_tokens_token_bisect"),
+        _plan_entry("ref", "most_tokens_float_card"),
+    ],
+    "right": [
+        _plan_entry("plan_fine_tune_loop", "most_tokens_bisect"),
+        _plan_entry("plan_fine_tune_next", "ref"),
+        _plan_entry("ref", "most_tokens_bisect_key"),
+        _plan_entry("ref", "most_tokens_ends_first"),
+    ],
+}
+
+WHY.update({
+    "plan_fine_tune_strict_less": "'whose predict(plan, cfg, seq) is at most HEADROOM * card_bytes'",
+    "plan_fine_tune_whole_card": "'at most HEADROOM * card_bytes'",
+    "plan_fine_tune_headroom_added": "'at most HEADROOM * card_bytes' (HEADROOM is the share usable, not a margin)",
+    "plan_fine_tune_predicts_all": "'Call predict only as often as needed (plans are tried in order ...)'",
+    "plan_fine_tune_smallest_peak": "'the first plan of PLANS' (in the order of preference)",
+    "plan_fine_tune_no_break": "'the first plan of PLANS whose ... is at most ...'",
+    "plan_fine_tune_predict_twice": "'Call predict only as often as needed'",
+    "plan_fine_tune_returns_name": "'as {\"plan\": name, \"peak\": predicted bytes}'",
+    "plan_fine_tune_budget_as_peak": "'\"peak\": predicted bytes'",
+    "plan_fine_tune_empty_when_none": "'or None when none fits'",
+    "plan_fine_tune_reversed": "'the first plan of PLANS' (order of preference, full fine-tune first)",
+    "plan_fine_tune_float_card": "'raise ValueError naming the argument for a card_bytes or seq that is not a "
+                                 "positive int'",
+    "plan_fine_tune_typeerror": "'raise ValueError naming the argument for a card_bytes or seq that is not a "
+                                "positive int'",
+    "plan_fine_tune_no_max_check": "'raise ValueError ... a seq beyond cfg.max_seq_len'",
+    "plan_fine_tune_max_off_by_one": "'a seq beyond cfg.max_seq_len' (seq == max_seq_len is allowed)",
+    "plan_fine_tune_seq_zero_ok": "'a card_bytes or seq that is not a positive int'",
+    "most_tokens_linear": "'search by bisection, in O(log(max_seq_len / 256)) predictions, not by trying every length'",
+    "most_tokens_linear_down": "'search by bisection, ... not by trying every length'",
+    "most_tokens_strict_less": "'whose predicted peak fits the same budget' (at most HEADROOM * card_bytes)",
+    "most_tokens_whole_card": "'fits the same budget' (HEADROOM * card_bytes)",
+    "most_tokens_ceil_max": "'a multiple of SEQ_STEP = 256 and at most cfg.max_seq_len'",
+    "most_tokens_nearest_max": "'a multiple of SEQ_STEP = 256 and at most cfg.max_seq_len'",
+    "most_tokens_no_plan_check": "'Both raise ValueError naming the argument for ... a plan not in PLANS'",
+    "most_tokens_returns_max_len": "'the largest sequence length, a multiple of SEQ_STEP = 256'",
+    "most_tokens_never_top": "'the largest sequence length ... at most cfg.max_seq_len' (the longest is a candidate)",
+    "most_tokens_at_least_256": "'(0 when not even 256 does)'",
+    "most_tokens_token_bisect": "'a multiple of SEQ_STEP', 'in O(log(max_seq_len / 256)) predictions' (borderline)",
+    "most_tokens_float_card": "'Both raise ValueError naming the argument for a card_bytes ... that is not a "
+                              "positive int'",
+})
