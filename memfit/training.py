@@ -47,9 +47,13 @@ class Trainer:
             _check_choice("optimizer", optimizer, OPTIMIZERS)
         self.cfg, self.precision, self.device = cfg, precision, torch.device(device or DEVICE)
         torch.manual_seed(seed)
-        self.model = GPT(cfg, recompute)
+        from torch._guards import detect_fake_mode
+        # under FakeTensorMode (lesson 08's predictions) the model is built on its device: moving a fake parameter's
+        # .data keeps its old device, and module.to() fails to swap fake parameters
+        with torch.device(self.device) if detect_fake_mode() is not None else contextlib.nullcontext():
+            self.model = GPT(cfg, recompute)
         # each parameter's data moved rather than module.to(): the same for this model (no buffers, a tied weight
-        # is one Parameter), and it also works under FakeTensorMode, where module.to() fails to swap parameters
+        # is one Parameter)
         for p in self.model.parameters():
             p.data = p.data.to(self.device, torch.bfloat16 if precision == "bf16" else p.dtype)
         params = list(self.model.parameters())
