@@ -10,7 +10,7 @@ from memfit.from_lessons.activations import predict_peak
 from memfit.from_lessons.model_states import count_params, state_bytes
 from memfit.from_lessons.quantization import dequantize_q4_0, quantize_q4_0
 from memfit.gpt import LLAMA_3_1_8B as L8
-from memfit.hardware import KNOWN_GPUS
+from memfit.hardware import KNOWN_GPUS, profile_for
 from memfit.meter import LIVE_TENSORS, measure_peak, open_meter
 from memfit.training import Trainer
 from slides.figures import COLORS, figure, gib, lesson, markdown_table, measured_on, pct, record, source  # noqa: F401
@@ -130,6 +130,24 @@ where = measured_on()
 h100 = record("fine_tune", file="h100")
 h100_table = markdown_table(
     ["plan", "predicted", "measured", "error", "ms / step", "most tokens: T4 15 GiB", "most tokens: 80 GB"],
-    [[r["recipe"], gib(r["predicted_bytes"], 2), gib(r["measured_bytes"], 2), f"{r['error']:+.2%}", f"{r['step_ms']:,.0f}",
+    [[r["recipe"], gib(r["predicted_bytes"], 2),
+      "not run (over the card)" if r["measured_bytes"] is None else gib(r["measured_bytes"], 2),
+      "—" if r["error"] is None else f"{r['error']:+.2%}", "—" if r["step_ms"] is None else f"{r['step_ms']:,.0f}",
       f"{r['most_tokens T4 (15 GiB)']:,}" + (" (ran under the cap)" if r["T4 cap: a real step at that length"] else ""),
       f"{r['most_tokens this card']:,}"] for r in h100["fine_tune"]["rows"]])
+
+
+# --- exercise 6: the lesson's plan_fine_tune on the H100 record's predictions (one sequence of 4,096 tokens)
+_recorded = {p: by_seq for p, by_seq in h100["fine_tune"]["predicted"].items()}
+
+
+def _recorded_peak(plan, cfg, seq):
+    return _recorded[plan][str(seq)]
+
+
+plan_rows = []
+for card, total in (("T4 15 GiB", profile_for("t4").total_memory), ("A100 40 GB", 40 * 10**9),
+                    ("H100 80 GB", profile_for("h100").total_memory)):
+    choice = ref.plan_fine_tune(total, L8, 4096, _recorded_peak)
+    plan_rows.append([card, choice["plan"] if choice else "nothing fits", gib(choice["peak"], 1) if choice else "—"])
+plan_table = markdown_table(["card", "first plan that fits (Llama-3.1-8B, 4,096 tokens)", "predicted peak"], plan_rows)
