@@ -287,14 +287,31 @@ def _composite(x, w, a, b, scale, dy):
     return y.detach(), (x.grad if x.requires_grad else None), a.grad, b.grad
 
 
+def _forward_of(function):
+    """function.apply, named after the learner's class (a stub's message then says "LoRAFunction.forward", not
+    "apply")."""
+    def apply(*args):
+        return function.apply(*args)
+    apply.__name__ = f"{getattr(function, '__name__', 'LoRAFunction')}.forward"
+    return apply
+
+
+def _backward_of(function, y):
+    """y.backward, named after the learner's class for a stub's message."""
+    def backward(dy):
+        return y.backward(dy)
+    backward.__name__ = f"{getattr(function, '__name__', 'LoRAFunction')}.backward"
+    return backward
+
+
 def _run_learner(fn, case: LoraCase, x, w, a, b, dy):
-    y = call_learner(fn.apply, x, w, a, b, case.scale, what=case.what())
+    y = call_learner(_forward_of(fn), x, w, a, b, case.scale, what=case.what())
     expect_like(y, torch.empty(tuple(case.x_shape[:-1]) + (case.d_out,), dtype=case.dtype, device=x.device),
                 f"{case.what()}, y")
     if not y.requires_grad:
         raise CheckFailed(f"{case.what()}: y does not require a gradient: return the result of the forward's "
                           "computation (autograd attaches LoRAFunction's backward to it)")
-    call_learner(y.backward, dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
+    call_learner(_backward_of(fn, y), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
     return y
 
 
@@ -396,13 +413,13 @@ def check_lora_memory(lora_function, cases: str = "visible") -> None:
         case, budget = mcase.lora, lora_budgets(mcase.lora)
         what = f"{case.what()} on the {mcase.meter} meter"
         x, w, a, b, dy = case.make(device)
-        warm = call_learner(lora_function.apply, x, w, a, b, case.scale, what=case.what())  # handles, workspaces
-        call_learner(warm.backward, dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
+        warm = call_learner(_forward_of(lora_function), x, w, a, b, case.scale, what=case.what())  # workspaces
+        call_learner(_backward_of(lora_function, warm), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
         del warm
         x.grad = a.grad = b.grad = None
         with open_meter(device, mcase.meter) as meter:
             meter.reset_peak()
-            y = call_learner(lora_function.apply, x, w, a, b, case.scale, what=case.what())
+            y = call_learner(_forward_of(lora_function), x, w, a, b, case.scale, what=case.what())
             forward_peak = meter.peak
             kept = meter.current - _storage_bytes(y)
         wsize = format_bytes(budget["weight"])
@@ -418,7 +435,7 @@ def check_lora_memory(lora_function, cases: str = "visible") -> None:
                               f"{', one of x' if case.layout != 'contiguous' else ''}); {why}")
         with open_meter(device, mcase.meter) as meter:
             meter.reset_peak()
-            call_learner(y.backward, dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
+            call_learner(_backward_of(lora_function, y), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
             backward_peak = meter.peak
         if backward_peak > budget["backward"]:
             why = ("x does not require a gradient here: compute dx only when ctx.needs_input_grad[0]; "
