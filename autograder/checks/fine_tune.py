@@ -371,6 +371,9 @@ def _memory_cases() -> list[MemoryCase]:
              LoraCase((3, 10, 384), 256, 8, 0.25, True, layout="strided last dim", seed=22),
              LoraCase((2, 16, 320), 256, 4, 2.0, True, layout="transposed", x_grad=False, seed=23),
              LoraCase((320,), 192, 1, 1.0, True, dtype=torch.float16, seed=24)]
+    loras += [LoraCase((2, 10, 320), 256, 8, 0.5, False, dtype=torch.bfloat16, layout="transposed", seed=25),
+              LoraCase((24, 384), 256, 4, 2.0, True, dtype=torch.bfloat16, x_grad=False, seed=26)]
+    loras = [case for case in loras if case.dtype in LORA_DTYPES]  # no bf16 on a T4
     meters = [LIVE_TENSORS] + (["cuda-allocator"] if torch.cuda.is_available() else [])
     return [MemoryCase(lora, m) for lora in loras for m in meters]
 
@@ -937,7 +940,8 @@ AXES = {
                       "layout": ("contiguous", "transposed", "strided last dim"), "x_requires_grad": (True, False),
                       "scale": ("1", "other"), "r": ("1", "> 1"), "d_out": ("= d_in", "!= d_in")},
     "lora_memory": {"rank": (1, 2, 3), "layout": ("contiguous", "transposed", "strided last dim"),
-                    "x_requires_grad": (True, False), "dtype": ("float32", "float16"), "meter": (LIVE_TENSORS,)},
+                    "x_requires_grad": (True, False), "dtype": ("float32", "float16", "bfloat16"),
+                    "meter": (LIVE_TENSORS,)},
     "nf4_code": {"levels": ("all 16",)},
     "nf4": {"dtype": ("float32", "float16", "bfloat16"), "values": ("gaussian", "ties", "magnitudes"),
             "layout": ("contiguous", "transposed"), "blocks per row": ("1", "several"),
