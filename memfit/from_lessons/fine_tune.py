@@ -121,11 +121,16 @@ def add_lora(model: nn.Module, r: int, alpha: float = 16.0, targets=DEFAULT_TARG
 def lora_trainer(cfg, r: int, targets=DEFAULT_TARGETS, base_dtype=torch.bfloat16, recompute: str = "none",
                  device=None, alpha: float = 16.0):
     """The course's Trainer with the base model in base_dtype (no autocast), LoRA adapters, AdamW on the adapters."""
+    return adapted_trainer(cfg, add_lora, r, targets, base_dtype, recompute, device, alpha)
+
+
+def adapted_trainer(cfg, add, r, targets, base_dtype, recompute, device, alpha):
+    """The course's Trainer, its base in base_dtype, `add(model, r, alpha, targets)` applied, AdamW on what trains."""
     from memfit.training import Trainer
     trainer = Trainer(cfg, "fp32", "sgd", recompute, device)
     for p in trainer.model.parameters():
         p.data = p.data.to(base_dtype)  # (not module.to(): this also works under fake tensors)
-    add_lora(trainer.model, r, alpha, targets)
+    add(trainer.model, r, alpha, targets)
     trainable = [p for p in trainer.model.parameters() if p.requires_grad]
     trainer.optimizer = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0, foreach=True)
     return trainer
@@ -390,14 +395,7 @@ def add_qlora(model: nn.Module, r: int, alpha: float = 16.0, targets=DEFAULT_TAR
 def qlora_trainer(cfg, r: int, targets=DEFAULT_TARGETS, base_dtype=torch.bfloat16, recompute: str = "none",
                   device=None, alpha: float = 16.0):
     """The course's Trainer with the block matrices in NF4, the rest in base_dtype, AdamW on the adapters."""
-    from memfit.training import Trainer
-    trainer = Trainer(cfg, "fp32", "sgd", recompute, device)
-    for p in trainer.model.parameters():
-        p.data = p.data.to(base_dtype)
-    add_qlora(trainer.model, r, alpha, targets)
-    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
-    trainer.optimizer = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0, foreach=True)
-    return trainer
+    return adapted_trainer(cfg, add_qlora, r, targets, base_dtype, recompute, device, alpha)
 
 
 from torch._subclasses.fake_tensor import FakeTensorMode
