@@ -1,6 +1,6 @@
 """The course GPT: a Llama-style decoder in plain PyTorch, small enough to hold in your head.
 
-Token embedding -> n_layers x [RMSNorm -> attention (grouped-query, RoPE, causal SDPA) -> residual,
+Token embedding -> n_layers x [RMSNorm -> attention (grouped-query, RoPE, causal) -> residual,
 RMSNorm -> SwiGLU MLP -> residual] -> RMSNorm -> output head -> cross-entropy.
 
 Written for memory lessons: every op is a plain PyTorch op, so the tensors autograd saves are the
@@ -8,6 +8,11 @@ ones you can read off the code (lesson 02 counts them). Two choices follow real 
 the q/k/v projections are one matmul (`wqkv`) and the SwiGLU gate and up projections are one
 (`w13`), so each normalized input is cast and saved once. Grouped-query heads are expanded with
 `repeat_interleave` before attention, as many codebases do.
+
+Attention and the loss are plain PyTorch unless the model is given others: `attention(q, k, v)`, causal over
+(batch, heads, seq, head_dim) tensors, and `loss(x, weight, targets)`, the mean cross-entropy of the head's logits
+x·weightᵀ for x (tokens, d_model), computed without holding them if it can (lesson 08 passes lesson 05's
+FlashAttention and lesson 06's fused linear cross-entropy; the library never imports a lesson's code).
 
 `recompute` ("none", "selective", "full") decides what backward recomputes instead of storing:
 "full" checkpoints every block (only its input is kept); "selective" keeps the outputs of the
@@ -114,10 +119,15 @@ def apply_rope(x, cos, sin):
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
+def causal_sdpa(q, k, v):
+    """PyTorch's attention, causal: the course GPT's default."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: GPTConfig, attention=causal_sdpa):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.attention = cfg, attention
         kv = cfg.n_kv_heads * cfg.head_dim
         self.wqkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * kv, bias=False)
         self.wo = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
@@ -132,7 +142,7 @@ class Attention(nn.Module):
         if cfg.n_kv_heads != cfg.n_heads:  # grouped-query: each K/V head serves n_heads / n_kv_heads queries
             k = k.repeat_interleave(cfg.n_heads // cfg.n_kv_heads, dim=2)
             v = v.repeat_interleave(cfg.n_heads // cfg.n_kv_heads, dim=2)
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        y = self.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return self.wo(y.transpose(1, 2).reshape(b, s, cfg.d_model))
 
 
@@ -148,10 +158,10 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: GPTConfig, attention=causal_sdpa):
         super().__init__()
         self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(cfg)
+        self.attn = Attention(cfg, attention)
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = SwiGLU(cfg)
 
@@ -177,12 +187,13 @@ def _selective_policy():
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: GPTConfig, recompute: str = "none"):
+    def __init__(self, cfg: GPTConfig, recompute: str = "none", attention=None, loss=None):
         super().__init__()
         self.cfg = cfg
         self.recompute = recompute
+        self.loss = loss  # None: the head's logits, then F.cross_entropy in fp32
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, attention or causal_sdpa) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -220,6 +231,8 @@ class GPT(nn.Module):
         x = self.norm(x)
         if targets is None:
             return self.head(x)
+        if self.loss is not None:
+            return self.loss(x.view(b * s, -1), self.head.weight, targets.view(b * s))
         # The loss in fp32, as trainers do under mixed precision. No name holds the head's output, so
         # the low-precision logits are freed as soon as their fp32 copy exists.
         return F.cross_entropy(self.head(x).float().view(b * s, -1), targets.view(b * s))

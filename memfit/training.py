@@ -40,7 +40,7 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 class Trainer:
     def __init__(self, cfg: GPTConfig, precision: str = "amp", optimizer="adamw",
-                 recompute: str = "none", device=None, seed: int = 0):
+                 recompute: str = "none", device=None, seed: int = 0, attention=None, loss=None):
         from memfit.runtime import DEVICE
         _check_choice("precision", precision, PRECISIONS)
         if not callable(optimizer):
@@ -51,7 +51,7 @@ class Trainer:
         # under FakeTensorMode (lesson 08's predictions) the model is built on its device: moving a fake parameter's
         # .data keeps its old device, and module.to() fails to swap fake parameters
         with torch.device(self.device) if detect_fake_mode() is not None else contextlib.nullcontext():
-            self.model = GPT(cfg, recompute)
+            self.model = GPT(cfg, recompute, attention, loss)  # (attention, loss: the GPT's own unless given)
         # each parameter's data moved rather than module.to(): the same for this model (no buffers, a tied weight
         # is one Parameter)
         for p in self.model.parameters():

@@ -17,7 +17,8 @@ from torch.utils._pytree import tree_leaves
 
 import memfit
 import memfit.from_lessons.fine_tune as reference  # imported before the grading child's guards go up
-from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error
+from autograder.checks import (Check, CheckFailed, KernelSpec, LearnerCodeError, call_learner, check_cases,
+                               expect_value_error)
 from autograder.checks.numerics import assert_close_by_rule, case_dtypes, dtype_name, expect_like, seeded_randn
 from memfit.gpt import COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, GPTConfig, unique_parameters
 from memfit.meter import LIVE_TENSORS, format_bytes, open_meter
@@ -654,14 +655,19 @@ class FakeCase:
     formula: tuple | None = None  # (config, precision, recompute): lesson 02's predict_peak, within 2%
     hidden: bool = False
     recipe: str = "full"
+    kernels: bool = False  # the model runs the course's Triton kernels (lesson 05's attention, lesson 06's loss)
 
     def axes(self) -> dict:
-        return {"recipe": self.recipe, "compared with": "real step" if self.real else "formula, no real memory"}
+        return {"recipe": self.recipe, "kernels": self.kernels,
+                "compared with": ("real step" if self.real else "formula, no real memory" if self.formula
+                                  else "the reference's prediction, no real memory")}
 
 
-def _trainer(cfg, precision, recompute="none", optimizer="adamw"):
+def _trainer(cfg, precision, recompute="none", optimizer="adamw", kernels=False):
     from memfit.training import Trainer
-    return lambda: Trainer(cfg, precision, optimizer, recompute, device="cpu")
+    from memfit.from_lessons.fused_linear_ce import fused_linear_cross_entropy
+    own = dict(attention=reference.course_attention, loss=fused_linear_cross_entropy) if kernels else {}
+    return lambda: Trainer(cfg, precision, optimizer, recompute, device="cpu", **own)
 
 
 HUGE = GPTConfig(vocab_size=32_000, d_model=4096, n_layers=64, n_heads=32, n_kv_heads=8, ffn_hidden=14_336,
@@ -681,6 +687,11 @@ FAKE_CASES = [
              formula=(LLAMA_3_1_8B, "amp", "none"), hidden=True),
     FakeCase("Llama-3.1-8B, LoRA r=16, bf16 base", lambda: reference.lora_trainer(LLAMA_3_1_8B, 16, device="cpu"),
              batch=1, seq=512, real=False, hidden=True, recipe="LoRA"),
+    FakeCase(f"Llama-3.1-8B, the plan {reference.PLANS[1]!r}",
+             lambda: reference.plan_trainer(reference.PLANS[1], LLAMA_3_1_8B, "cpu"), batch=1, seq=1024, real=False,
+             kernels=True),
+    FakeCase("course-tiny, fp32, AdamW, lesson 05's attention and lesson 06's loss",
+             _trainer(COURSE_CONFIGS["tiny"], "fp32", kernels=True), batch=1, seq=40, hidden=True, kernels=True),
 ]
 REAL_BYTES_LIMIT = 256 * 2**20  # what the learner's call may allocate for real: far below any of these models
 
@@ -723,8 +734,15 @@ def check_fake_step_memory(fake_step_memory, cases: str = "visible") -> None:
     from memfit.training import measure_step
     for case in _plan(FAKE_CASES, cases):
         what = f"fake_step_memory({case.label}, batch={case.batch}, seq={case.seq})"
-        with _RealAllocations():
-            got = call_learner(fake_step_memory, case.make, case.batch, case.seq, what=what)
+        try:
+            with _RealAllocations():
+                got = call_learner(fake_step_memory, case.make, case.batch, case.seq, what=what)
+        except LearnerCodeError as exc:
+            if not case.kernels:
+                raise
+            raise LearnerCodeError(f"{exc}. This model launches Triton kernels (lesson 05's attention, lesson 06's "
+                                   "loss): run the step under memfit.fake.FakeTensors, in which a launch on fake "
+                                   "tensors does nothing, not under plain FakeTensorMode") from None
         peak, states = _step_fields(got, what)
         if case.real:
             real = measure_step(case.make(), case.batch, case.seq, meter=LIVE_TENSORS)
@@ -734,6 +752,11 @@ def check_fake_step_memory(fake_step_memory, cases: str = "visible") -> None:
                 raise CheckFailed(f"{what}: peak {peak:,} B, the same step on real tensors {real.peak:,} B: measure the "
                                   "steady-state step as measure_step does (the warm-up step creates the optimizer's "
                                   "states), with the live-tensor meter")
+        if not case.real and not case.formula:
+            want = reference.fake_step_memory(case.make, case.batch, case.seq)
+            if (peak, states) != (want.peak, dict(want.states)):
+                raise CheckFailed(f"{what}: peak {peak:,} B and states {states}; the step measured on fake tensors "
+                                  f"as measure_step measures it: peak {want.peak:,} B, states {dict(want.states)}")
         if case.formula:
             cfg, precision, recompute = case.formula
             want = predict_peak(cfg, case.batch, case.seq, precision, "adamw", recompute)["peak"]
@@ -858,7 +881,7 @@ class MeasuredPlanCase:
         return {"measured": "course-tiny, fake-tensor predictor"}
 
 
-MEASURED_PLAN_CASES = [MeasuredPlanCase(reference.PLANS[2], 64, False), MeasuredPlanCase(reference.PLANS[3], 128, True)]
+MEASURED_PLAN_CASES = [MeasuredPlanCase(reference.PLANS[2], 64, False), MeasuredPlanCase(reference.PLANS[5], 128, True)]
 
 
 def _tiny_predictor():
@@ -946,7 +969,9 @@ AXES = {
     "nf4": {"dtype": ("float32", "float16", "bfloat16"), "values": ("gaussian", "ties", "magnitudes"),
             "layout": ("contiguous", "transposed"), "blocks per row": ("1", "several"),
             "invalid": ("1-D", "3-D", "int", "columns not a multiple of 64", "float64")},
-    "fake_step_memory": {"recipe": ("full", "LoRA"), "compared with": ("real step", "formula, no real memory")},
+    "fake_step_memory": {"recipe": ("full", "LoRA"), "kernels": (False, True),
+                         "compared with": ("real step", "formula, no real memory",
+                                           "the reference's prediction, no real memory")},
     "plan": {"plan case": tuple(dict.fromkeys(c.label for c in PLAN_CASES)),
              "tokens case": tuple(dict.fromkeys(c.label for c in TOKENS_CASES)),
              "invalid": ("card_bytes (plan_fine_tune)", "card_bytes (most_tokens)", "seq (plan_fine_tune)",

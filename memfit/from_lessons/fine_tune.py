@@ -398,14 +398,14 @@ def qlora_trainer(cfg, r: int, targets=DEFAULT_TARGETS, base_dtype=torch.bfloat1
     return adapted_trainer(cfg, add_qlora, r, targets, base_dtype, recompute, device, alpha)
 
 
-from torch._subclasses.fake_tensor import FakeTensorMode
+from memfit.fake import FakeTensors
 
 
 def fake_step_memory(make_trainer, batch: int, seq: int):
     """The StepMemory of one steady-state training step, measured on fake tensors: no memory used."""
     from memfit.meter import LIVE_TENSORS
     from memfit.training import measure_step
-    with FakeTensorMode():
+    with FakeTensors():
         trainer = make_trainer()
         return measure_step(trainer, batch, seq, meter=LIVE_TENSORS)
 
@@ -437,7 +437,7 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         super().__init__(pack, unpack)
 
 
-PLANS = ("full: amp, AdamW", "full: bf16, 8-bit AdamW, full recomputation", "LoRA r=16, bf16 base",
+PLANS = ("full: amp, AdamW", "full: bf16, 8-bit AdamW, full recomputation, FlashAttention, fused loss", "LoRA r=16, bf16 base",
          "LoRA r=16, bf16 base, full recomputation", "QLoRA r=16, NF4 base", "QLoRA r=16, NF4 base, full recomputation")
 HEADROOM = 0.9  # of a card's memory a plan may use
 SEQ_STEP = 256  # most_tokens answers in multiples of this many tokens
@@ -456,16 +456,24 @@ def adamw8bit(params, lr: float = 1e-5):
     return optimizer
 
 
+def course_attention(q, k, v):
+    """Lesson 05's FlashAttention, causal: the course GPT's `attention` in the full fine-tune of PLANS."""
+    from memfit.from_lessons.flash_attention import flash_attention
+    return flash_attention(q, k, v, causal=True)
+
+
 def plan_trainer(plan: str, cfg, device=None):
     """The course Trainer of one of PLANS (LoRA and QLoRA: r = 16 on every block matrix)."""
+    from memfit.from_lessons.fused_linear_ce import fused_linear_cross_entropy
     from memfit.training import Trainer
     if plan not in PLANS:
         raise ValueError(f"plan must be one of {PLANS}, not {plan!r}")
-    recompute = "full" if plan.endswith("full recomputation") else "none"
+    recompute = "full" if "full recomputation" in plan else "none"
     if plan == PLANS[0]:
         return Trainer(cfg, "amp", "adamw", recompute, device)
-    if plan == PLANS[1]:
-        return Trainer(cfg, "bf16", adamw8bit, recompute, device)
+    if plan == PLANS[1]:  # every piece of the course: bf16 weights, 8-bit states, recomputation, lessons 05 and 06
+        return Trainer(cfg, "bf16", adamw8bit, recompute, device, attention=course_attention,
+                       loss=fused_linear_cross_entropy)
     build = qlora_trainer if plan.startswith("QLoRA") else lora_trainer
     return build(cfg, 16, recompute=recompute, device=device)
 

@@ -9,6 +9,7 @@ import memfit  # noqa: F401  (before triton: on a machine without a GPU it selec
 import torch
 import triton
 import triton.language as tl
+from memfit.fake import is_fake
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
@@ -52,8 +53,9 @@ def check_attention_inputs(q, k, v, max_head_dim: int | None = None) -> None:
         raise ValueError(f"q, k and v must be on one device: {q.device}, {k.device}, {v.device}")
     if max_head_dim is not None and q.shape[-1] > max_head_dim:
         raise ValueError(f"head_dim {q.shape[-1]} is above the {max_head_dim} these kernels support")
-    if max_head_dim is not None and q.dtype == torch.bfloat16 and memfit.runtime.INTERPRETED:
-        # (the kernels' path only: attention_tiled runs bf16 in PyTorch on any machine)
+    if max_head_dim is not None and q.dtype == torch.bfloat16 and memfit.runtime.INTERPRETED and not is_fake(q):
+        # (the kernels' path only: attention_tiled runs bf16 in PyTorch on any machine; fake tensors, lesson 08's
+        # predictions, run no kernel)
         raise ValueError("bfloat16 under Triton's interpreter: NumPy has no bf16, and the interpreted kernels would "
                          "return garbage; use float16 or float32 on a CPU (bf16 runs on a GPU)")
 

@@ -348,11 +348,19 @@ def fake_step_forward_only(make_trainer, batch, seq):  # the forward's peak, not
         return StepMemory(sum(full.states.values()) + report.peak_bytes, full.states, report.peak_bytes, report.meter)
 
 
-def fake_step_meta_device(make_trainer, batch, seq):  # right: the same step, its result copied field by field
+def fake_step_plain_mode(make_trainer, batch, seq):  # PyTorch's FakeTensorMode: Triton launches on fake tensors
     from torch._subclasses.fake_tensor import FakeTensorMode
     from memfit.meter import LIVE_TENSORS
+    from memfit.training import measure_step
+    with FakeTensorMode():
+        return measure_step(make_trainer(), batch, seq, meter=LIVE_TENSORS)
+
+
+def fake_step_meta_device(make_trainer, batch, seq):  # right: the same step, its result copied field by field
+    from memfit.fake import FakeTensors
+    from memfit.meter import LIVE_TENSORS
     from memfit.training import StepMemory, measure_step
-    with FakeTensorMode() as mode:
+    with FakeTensors() as mode:
         step = measure_step(make_trainer(), batch, seq, meter=LIVE_TENSORS)
     del mode
     return StepMemory(int(step.peak), dict(step.states), int(step.extra), step.meter)

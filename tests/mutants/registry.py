@@ -408,7 +408,9 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
             "wrong": [Wrong("fake_step_real_tensors", r"of real tensors: build the trainer", visible=True),
                       Wrong("fake_step_trainer_outside", r"the same step on real tensors", visible=True),
                       Wrong("fake_step_first_step", r"differ from the real step's", visible=True),
-                      Wrong("fake_step_forward_only", r"the same step on real tensors", visible=True)],
+                      Wrong("fake_step_forward_only", r"the same step on real tensors", visible=True),
+                      Wrong("fake_step_plain_mode", r"under memfit.fake.FakeTensors", visible=True,
+                            raises=LearnerCodeError)],
             "right": [Right("fake_step_meta_device")]},
         "plan": {
             "wrong": [_plan("plan_smallest_peak", REF, r"the first of PLANS, in their order"),

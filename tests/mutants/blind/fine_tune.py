@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from memfit.fake import FakeTensors
+
 from memfit.from_lessons.fine_tune import (  # the lesson's given code (non-exercise cells)
     ADAM_STATE_BYTES, ADAPTER_BYTES, BASE_DTYPES, LORA_TARGETS, NF4, NF4_BLOCK, NF4_OFFSET, add_lora,
     check_lora_inputs,
@@ -554,15 +556,15 @@ def _nf4(q, d):
 # --- right ---
 
 def fake_step_memory_plain(make_trainer, batch: int, seq: int):
-    """RIGHT: build and measure inside one FakeTensorMode."""
-    with FakeTensorMode():
+    """RIGHT: build and measure inside one FakeTensors."""
+    with FakeTensors():
         trainer = make_trainer()
         return measure_step(trainer, batch, seq, meter=LIVE_TENSORS)
 
 
 def fake_step_memory_reenter(make_trainer, batch: int, seq: int):
     """RIGHT: one mode object, entered twice (build, then measure), through an ExitStack."""
-    mode = FakeTensorMode()
+    mode = FakeTensors()
     with mode:
         trainer = make_trainer()
     with contextlib.ExitStack() as stack:
@@ -571,6 +573,13 @@ def fake_step_memory_reenter(make_trainer, batch: int, seq: int):
 
 
 # --- wrong ---
+
+def fake_step_memory_plain_mode(make_trainer, batch: int, seq: int):
+    """PyTorch's FakeTensorMode itself: the course's Triton kernels launch on fake tensors there."""
+    with FakeTensorMode():
+        trainer = make_trainer()
+        return measure_step(trainer, batch, seq, meter=LIVE_TENSORS)
+
 
 def fake_step_memory_trainer_outside(make_trainer, batch: int, seq: int):
     """Builds the trainer before entering the mode: real parameters of the model's size."""
@@ -663,7 +672,7 @@ BLIND = {
         ],
     },
     "fake_step_memory": {
-        "wrong": ["fake_step_memory_trainer_outside", "fake_step_memory_outside_allow_real",
+        "wrong": ["fake_step_memory_plain_mode", "fake_step_memory_trainer_outside", "fake_step_memory_outside_allow_real",
                   "fake_step_memory_first_step", "fake_step_memory_two_modes", "fake_step_memory_measure_after_exit"],
         "right": ["fake_step_memory_plain", "fake_step_memory_reenter"],
     },
@@ -710,6 +719,7 @@ WHY = {
     "quantize_nf4_pads": "'d_in a multiple of NF4_BLOCK = 64 (ValueError otherwise ...)'",
     "dequantize_nf4_fp32_out": "'in the dtype of the original weight (q.dtype)'",
     "dequantize_nf4_multiply_in_dtype": "'code[index] x absmax, computed in fp32'",
+    "fake_step_memory_plain_mode": "'under memfit.fake.FakeTensors' (some models run the course's Triton kernels)",
     "fake_step_memory_trainer_outside": "'build the trainer with make_trainer() ... under FakeTensorMode'",
     "fake_step_memory_outside_allow_real": "'It must create no real tensor of the model's size'",
     "fake_step_memory_first_step": "'return what measure_step(...) measures there' (a steady-state step)",
