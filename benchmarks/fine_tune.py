@@ -1,8 +1,10 @@
 """Lesson 08's benchmark: Llama-3.1-8B's training step on one GPU, predicted on fake tensors (the lesson's
 fake_step_memory, on this device: no memory used) and measured by the CUDA allocator, for each of the lesson's
-PLANS (full fine-tunes, LoRA and QLoRA with r = 16 on every block matrix) that fits the card, with the time per step; then the most tokens per step (one sequence, lengths doubling from 1,024) each plan is
-predicted to fit on a T4's 15 GB and on this card, the T4's checked by a real step under
-torch.cuda.set_per_process_memory_fraction.
+PLANS (full fine-tunes, LoRA and QLoRA with r = 16 on every block matrix) that fits the card, with the time per
+step; then the most tokens per step (one sequence, lengths doubling from 1,024) each plan is predicted to fit on a
+T4's 15 GB and on this card, each checked by a real step at that length (the T4's under
+torch.cuda.set_per_process_memory_fraction). One more row, the contrast: the lesson's full fine-tune with
+PyTorch's attention and cross-entropy instead of the course's kernels.
 
     python -m benchmarks.fine_tune            # on a GPU: benchmarks/results/<device>-<date>-fine-tune.{json,md}
 """
@@ -19,16 +21,22 @@ LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 SEQ = 4096  # the step measured for every plan that fits this card
 
 
+CONTRAST = "full: bf16, 8-bit AdamW, full recomputation, PyTorch's attention and loss"
+
+
 def plans() -> tuple[str, ...]:
     from memfit.from_lessons.fine_tune import PLANS
-    return PLANS
+    return PLANS + (CONTRAST,)
 
 
 def make_trainer(plan: str, cfg=None, device: str = "cuda"):
     """The lesson's trainer of a plan (Llama-3.1-8B's shapes unless cfg is given), randomly initialised."""
-    from memfit.from_lessons.fine_tune import plan_trainer
+    from memfit.from_lessons.fine_tune import adamw8bit, plan_trainer
     from memfit.gpt import LLAMA_3_1_8B
+    from memfit.training import Trainer
     with torch.device(device):  # the weights initialised where they live (8B parameters on a CPU take minutes)
+        if plan == CONTRAST:
+            return Trainer(cfg or LLAMA_3_1_8B, "bf16", adamw8bit, "full", device)
         return plan_trainer(plan, cfg or LLAMA_3_1_8B, device)
 
 
@@ -66,18 +74,17 @@ def _measured(trainer, seq: int) -> tuple[int, float]:
     return step.peak, statistics.median(times)
 
 
-def _fits_under(trainer, seq: int, cap: int) -> bool:
-    """Does one step at `seq` tokens run with the process's memory capped at `cap` bytes?"""
-    from memfit.training import random_batch
+def _peak_under(trainer, seq: int, cap: int) -> int | None:
+    """The allocator's peak of a steady-state step at `seq` tokens with the process's memory capped at `cap` bytes,
+    or None where it ran out of memory."""
+    from memfit.training import measure_step
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
     try:
-        trainer.step(*random_batch(trainer.cfg, 1, seq, trainer.device))
-        torch.cuda.synchronize()
-        return True
+        return measure_step(trainer, 1, seq).peak
     except torch.OutOfMemoryError:
-        return False
+        return None
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
         torch.cuda.empty_cache()
@@ -94,7 +101,8 @@ def run() -> dict:
             rows.append(dict(recipe=recipe, seq=SEQ, predicted_bytes=predicted[recipe][SEQ], measured_bytes=None,
                              error=None, step_ms=None, states=None, **{f"most_tokens {name}": max(
                                  [s for s, p in predicted[recipe].items() if p <= cap], default=0) for name, cap in caps.items()},
-                             **{"T4 cap: a real step at that length": None}))
+                             **{"T4 cap: a real step at that length": None,
+                                "this card: a real step at that length": None}))
             continue
         trainer = make_trainer(recipe)
         peak, ms = _measured(trainer, SEQ)
@@ -103,8 +111,11 @@ def run() -> dict:
         for name, cap in caps.items():
             fitting = [s for s, p in predicted[recipe].items() if p <= cap]
             row[f"most_tokens {name}"] = max(fitting) if fitting else 0
-        t4_seq = row["most_tokens T4 (15 GiB)"]
-        row["T4 cap: a real step at that length"] = _fits_under(trainer, t4_seq, caps["T4 (15 GiB)"]) if t4_seq else None
+        for name, key in (("T4 (15 GiB)", "T4 cap"), ("this card", "this card")):
+            longest = row[f"most_tokens {name}"]
+            peak = _peak_under(trainer, longest, caps[name]) if longest else None
+            row[f"{key}: a real step at that length"] = (peak is not None) if longest else None
+            row[f"{key}: measured bytes at that length"] = peak
         print(row, flush=True)
         rows.append(row)
         del trainer
@@ -119,15 +130,27 @@ def markdown(result: dict) -> str:
              "this device, the live-tensor meter); measured: the CUDA allocator's requested bytes at the peak of a "
              "steady-state step (`measure_step`). Time: median of three steps.", "",
              "| plan | tokens | predicted GiB | measured GiB | error | step ms | most tokens on a T4 (15 GiB) | "
-             "a real step there under the cap | most tokens on this card |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "a real step there under the cap: measured (prediction's error) | most tokens on this card | a real step there |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    def ran(r, name, key):  # "ran: measured GiB (the prediction's error)", "out of memory" or "—"
+        if r.get(f"{key}: a real step at that length") is None:
+            return "—"
+        peak = r.get(f"{key}: measured bytes at that length")
+        if peak is None:
+            return "ran" if r[f"{key}: a real step at that length"] else "out of memory"
+        longest = r[f"most_tokens {name}"]
+        predicted = result["predicted"][r["recipe"]]
+        predicted = predicted[str(longest)] if str(longest) in predicted else predicted[longest]
+        return f"ran: {peak / gib:.2f} GiB ({predicted / peak - 1:+.2%})"
+
     for r in result["rows"]:
         t4 = r["most_tokens T4 (15 GiB)"]
-        ok = {True: "ran", False: "out of memory", None: "—"}[r["T4 cap: a real step at that length"]]
+        ok = ran(r, "T4 (15 GiB)", "T4 cap")
         measured = "not run (predicted not to fit)" if r["measured_bytes"] is None else f"{r['measured_bytes'] / gib:.2f}"
         error = "—" if r["error"] is None else f"{r['error']:+.2%}"
         ms = "—" if r["step_ms"] is None else f"{r['step_ms']:,.0f}"
         lines.append(f"| {r['recipe']} | {r['seq']:,} | {r['predicted_bytes'] / gib:.2f} | {measured} | {error} | {ms} | "
-                     f"{t4:,} | {ok} | {r['most_tokens this card']:,} |")
+                     f"{t4:,} | {ok} | {r['most_tokens this card']:,} | {ran(r, 'this card', 'this card')} |")
     lines += ["", "Predicted peak (GiB) by sequence length:", "",
               "| plan | " + " | ".join(f"{s:,}" for s in result["lengths"]) + " |",
               "| --- |" + " --- |" * len(result["lengths"])]

@@ -7,7 +7,9 @@ brings its own kernels from running there; `FakeTensors` handles both:
 
 * a Triton launch reads its tensors' addresses, and a fake tensor has none: inside, a launch with a fake tensor
   among its arguments does nothing. The course's wrappers allocate their outputs with PyTorch before launching,
-  so those allocations, the memory the prediction is about, are counted; the values stay unwritten.
+  so those allocations, the memory the prediction is about, are counted; the values stay unwritten. Importing
+  this module puts that test into Triton's `kernel[grid]` for good: outside FakeTensors such a launch raises
+  (Triton would read the address as 0, and on a GPU the kernel's writes there end the CUDA context).
 * a value read back on the host (`.item()`, `int(t)`, `bool(t)`) has no data to come from: inside, such a read
   returns 1 (the fused loss reads the number of counted tokens and its upstream gradient that way). A prediction
   therefore holds only for programs whose allocations do not depend on tensors' values, as a training step's do.
@@ -24,31 +26,36 @@ def is_fake(t) -> bool:
 
 
 _active = 0  # FakeTensors contexts open in this process (they nest)
-_launch = None  # Triton's own kernel[grid] while one is open
 
 
-def _skipping_fake(getitem):
+def _guarded(getitem):
+    """Triton's `kernel[grid]`, made to refuse fake tensors: inside FakeTensors the launch does nothing; anywhere else
+    it raises, because Triton would read a fake tensor's address as 0 and the kernel would write there (on a GPU,
+    an illegal memory access that ends the process's CUDA context)."""
     def __getitem__(kernel, grid):
         launch = getitem(kernel, grid)
 
         def launch_unless_fake(*args, **kwargs):
-            if any(is_fake(a) for a in args) or any(is_fake(a) for a in kwargs.values()):
-                return None
+            if any(isinstance(a, FakeTensor) for a in args) or any(isinstance(a, FakeTensor) for a in kwargs.values()):
+                if _active:
+                    return None
+                name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "a kernel")
+                raise RuntimeError(f"the Triton kernel {name} was launched on fake tensors (FakeTensorMode): they have "
+                                   "no memory to read or write. Predict under memfit.fake.FakeTensors, in which such "
+                                   "a launch does nothing")
             return launch(*args, **kwargs)
         return launch_unless_fake
+    __getitem__.memfit_guard = True
     return __getitem__
 
 
-def _skip_fake_launches(change: int) -> None:
-    """Open (+1) or close (-1) one context; Triton's `kernel[grid]` skips fake launches while any is open."""
-    global _active, _launch
-    from triton.runtime.jit import KernelInterface  # (here, not at import: memfit picks Triton's mode first)
-    if change > 0 and _active == 0:
-        _launch = KernelInterface.__getitem__
-        KernelInterface.__getitem__ = _skipping_fake(_launch)
-    _active += change
-    if change < 0 and _active == 0:
-        KernelInterface.__getitem__ = _launch
+def _install_guard() -> None:
+    from triton.runtime.jit import KernelInterface  # (memfit, imported first as this package, chose Triton's mode)
+    if not getattr(KernelInterface.__getitem__, "memfit_guard", False):
+        KernelInterface.__getitem__ = _guarded(KernelInterface.__getitem__)
+
+
+_install_guard()
 
 
 class FakeTensors(FakeTensorMode):
@@ -56,18 +63,15 @@ class FakeTensors(FakeTensorMode):
     value read on the host reads 1 (see the module's text)."""
 
     def __enter__(self):
-        _skip_fake_launches(+1)
-        try:
-            return super().__enter__()
-        except BaseException:
-            _skip_fake_launches(-1)
-            raise
+        global _active
+        entered = super().__enter__()
+        _active += 1
+        return entered
 
     def __exit__(self, *exc):
-        try:
-            return super().__exit__(*exc)
-        finally:
-            _skip_fake_launches(-1)
+        global _active
+        _active -= 1
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         try:

@@ -93,8 +93,18 @@ def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
         raise
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        raise LearnerCodeError(f"{what} raised {type(exc).__name__}: {exc} "
-                               f"(at {where.filename}, line {where.lineno})") from None
+        message = f"{what} raised {type(exc).__name__}: {exc} (at {where.filename}, line {where.lineno})"
+        _release(exc)
+    raise LearnerCodeError(message)
+
+
+def _release(exc: BaseException) -> None:
+    """Let go of what the learner's failed call left suspended, now rather than whenever the garbage collector finds
+    it. An exception inside torch.utils.checkpoint leaves its generator open (its frame holds it); closed later, in
+    the middle of the next case, it restores autograd hooks and RNG states out of order and hands that case tensors
+    of a finished FakeTensorMode."""
+    traceback.clear_frames(exc.__traceback__)
+    exc.__traceback__ = None
 
 
 def expect_value_error(fn: Callable, *args, what: str, why: str = "for it") -> None:
@@ -106,7 +116,9 @@ def expect_value_error(fn: Callable, *args, what: str, why: str = "for it") -> N
     except NotImplementedError:
         call_learner(fn, *args)  # reports the stub
     except Exception as exc:
-        raise CheckFailed(f"{what} raised {type(exc).__name__}: raise ValueError naming the bad argument") from None
+        raised = type(exc).__name__
+        _release(exc)
+        raise CheckFailed(f"{what} raised {raised}: raise ValueError naming the bad argument") from None
     raise CheckFailed(f"{what} returned a value: raise ValueError {why}")
 
 
