@@ -498,12 +498,9 @@ def adamw8bit_kernel(table_ptr, starts_ptr, n_tensors, m_code_ptr, v_code_ptr, m
         tl.store(tl.load(row + 3).to(tl.pointer_type(tl.float32)) + offs, v, mask=inside)
 
 
+from memfit.fake import is_fake  # noqa: E402  (the launch table below reads addresses, which fake tensors lack)
+
 TRITON_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
-
-
-def _is_fake(t: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-    return isinstance(t, FakeTensor)
 
 
 def _to_device(t: torch.Tensor, device) -> torch.Tensor:
@@ -543,7 +540,7 @@ class FusedAdamW8bit(AdamW8bit):
                 state["step"] += 1
                 launches.setdefault((p.dtype, p.grad.dtype, state["step"]), []).append(p)
             for (p_dtype, g_dtype, t), params in launches.items():
-                if _is_fake(params[0]):  # fake tensors (lesson 08's predictions): the states exist, no kernel runs
+                if is_fake(params[0]):  # fake tensors (lesson 08's predictions): the states exist, no kernel runs
                     continue
                 table, starts, programs, cfg = self._table(params)
                 mids = self._midpoints(params[0].device)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from autograder.checks.fine_tune import CHECKS
+from benchmarks.fine_tune import CONTRAST
 from memfit.from_lessons.activations import predict_peak
 from memfit.from_lessons.model_states import count_params, state_bytes
 from memfit.from_lessons.quantization import dequantize_q4_0, quantize_q4_0
@@ -128,13 +129,26 @@ where = measured_on()
 
 # --- the H100 record: the same plans, predicted on the GPU's device and measured by its allocator
 h100 = record("fine_tune", file="h100")
+
+
+def _longest(row, name: str, key: str) -> str:
+    """The most tokens a plan is predicted to fit, and what a real step there measured against the prediction."""
+    tokens, peak = row[f"most_tokens {name}"], row.get(f"{key}: measured bytes at that length")
+    if not tokens or peak is None:
+        return f"{tokens:,}" + (" (out of memory)" if row.get(f"{key}: a real step at that length") is False else "")
+    predicted = h100["fine_tune"]["predicted"][row["recipe"]][str(tokens)]
+    return f"{tokens:,}: {gib(peak, 2)} ({predicted / peak - 1:+.2%})"
+
+
+_longest_80 = {r["recipe"]: r["most_tokens this card"] for r in h100["fine_tune"]["rows"]}
+kernels_gain = _longest_80[ref.PLANS[1]] // _longest_80[CONTRAST]  # the full plan, with the course's kernels or not
+
 h100_table = markdown_table(
     ["plan", "predicted", "measured", "error", "ms / step", "most tokens: T4 15 GiB", "most tokens: 80 GB"],
     [[r["recipe"], gib(r["predicted_bytes"], 2),
       "not run (over the card)" if r["measured_bytes"] is None else gib(r["measured_bytes"], 2),
       "—" if r["error"] is None else f"{r['error']:+.2%}", "—" if r["step_ms"] is None else f"{r['step_ms']:,.0f}",
-      f"{r['most_tokens T4 (15 GiB)']:,}" + (" (ran under the cap)" if r["T4 cap: a real step at that length"] else ""),
-      f"{r['most_tokens this card']:,}"] for r in h100["fine_tune"]["rows"]])
+      _longest(r, "T4 (15 GiB)", "T4 cap"), _longest(r, "this card", "this card")] for r in h100["fine_tune"]["rows"]])
 
 
 # --- exercise 6: the lesson's plan_fine_tune on the H100 record's predictions (one sequence of 4,096 tokens)
