@@ -137,17 +137,17 @@ def _longest(row, name: str, key: str) -> str:
     if not tokens or peak is None:
         return f"{tokens:,}" + (" (out of memory)" if row.get(f"{key}: a real step at that length") is False else "")
     predicted = h100["fine_tune"]["predicted"][row["recipe"]][str(tokens)]
-    return f"{tokens:,}: {gib(peak, 2)} ({predicted / peak - 1:+.2%})"
+    return f"{tokens:,} ({predicted / peak - 1:+.2%})"
 
 
 _longest_80 = {r["recipe"]: r["most_tokens this card"] for r in h100["fine_tune"]["rows"]}
 kernels_gain = _longest_80[ref.PLANS[1]] // _longest_80[CONTRAST]  # the full plan, with the course's kernels or not
 
 h100_table = markdown_table(
-    ["plan", "predicted", "measured", "error", "ms / step", "most tokens: T4 15 GiB", "most tokens: 80 GB"],
+    ["plan", "predicted", "measured (error)", "ms / step", "most tokens: T4 15 GiB", "most tokens: 80 GB"],
     [[r["recipe"], gib(r["predicted_bytes"], 2),
-      "not run (over the card)" if r["measured_bytes"] is None else gib(r["measured_bytes"], 2),
-      "—" if r["error"] is None else f"{r['error']:+.2%}", "—" if r["step_ms"] is None else f"{r['step_ms']:,.0f}",
+      "not run (over the card)" if r["measured_bytes"] is None else f"{gib(r['measured_bytes'], 2)} ({r['error']:+.2%})",
+      "—" if r["step_ms"] is None else f"{r['step_ms']:,.0f}",
       _longest(r, "T4 (15 GiB)", "T4 cap"), _longest(r, "this card", "this card")] for r in h100["fine_tune"]["rows"]])
 
 
