@@ -90,6 +90,14 @@ def _peak_under(trainer, seq: int, cap: int) -> int | None:
         torch.cuda.empty_cache()
 
 
+CAP_KEYS = {"T4 (15 GiB)": "T4 cap", "this card": "this card"}  # a cap's name -> its row keys' prefix
+
+
+def _at(by_seq: dict, seq: int):
+    """by_seq[seq], whether its keys are ints (just run) or strings (read back from a JSON record)."""
+    return by_seq[str(seq)] if str(seq) in by_seq else by_seq[seq]
+
+
 def run() -> dict:
     from memfit.hardware import profile_for
     card = torch.cuda.get_device_properties(0).total_memory
@@ -97,25 +105,25 @@ def run() -> dict:
     predicted = predictions()
     rows = []
     for recipe in plans():
+        row = dict(recipe=recipe, seq=SEQ, predicted_bytes=predicted[recipe][SEQ], measured_bytes=None, error=None,
+                   step_ms=None, states=None)
+        for name, cap in caps.items():
+            row[f"most_tokens {name}"] = max([s for s, p in predicted[recipe].items() if p <= cap], default=0)
+        for key in CAP_KEYS.values():
+            row[f"{key}: a real step at that length"] = row[f"{key}: measured bytes at that length"] = None
         if predicted[recipe][SEQ] > 0.95 * card:  # predicted not to fit this card: not run
-            rows.append(dict(recipe=recipe, seq=SEQ, predicted_bytes=predicted[recipe][SEQ], measured_bytes=None,
-                             error=None, step_ms=None, states=None, **{f"most_tokens {name}": max(
-                                 [s for s, p in predicted[recipe].items() if p <= cap], default=0) for name, cap in caps.items()},
-                             **{"T4 cap: a real step at that length": None,
-                                "this card: a real step at that length": None}))
+            rows.append(row)
             continue
         trainer = make_trainer(recipe)
         peak, ms = _measured(trainer, SEQ)
-        row = dict(recipe=recipe, seq=SEQ, predicted_bytes=predicted[recipe][SEQ], measured_bytes=peak,
-                   error=predicted[recipe][SEQ] / peak - 1, step_ms=round(ms, 1), states=trainer.state_bytes())
-        for name, cap in caps.items():
-            fitting = [s for s, p in predicted[recipe].items() if p <= cap]
-            row[f"most_tokens {name}"] = max(fitting) if fitting else 0
-        for name, key in (("T4 (15 GiB)", "T4 cap"), ("this card", "this card")):
+        row.update(measured_bytes=peak, error=predicted[recipe][SEQ] / peak - 1, step_ms=round(ms, 1),
+                   states=trainer.state_bytes())
+        for name, key in CAP_KEYS.items():
             longest = row[f"most_tokens {name}"]
-            peak = _peak_under(trainer, longest, caps[name]) if longest else None
-            row[f"{key}: a real step at that length"] = (peak is not None) if longest else None
-            row[f"{key}: measured bytes at that length"] = peak
+            if longest:
+                peak = _peak_under(trainer, longest, caps[name])
+                row[f"{key}: a real step at that length"] = peak is not None
+                row[f"{key}: measured bytes at that length"] = peak
         print(row, flush=True)
         rows.append(row)
         del trainer
@@ -132,31 +140,29 @@ def markdown(result: dict) -> str:
              "| plan | tokens | predicted GiB | measured GiB | error | step ms | most tokens on a T4 (15 GiB) | "
              "a real step there under the cap: measured (prediction's error) | most tokens on this card | a real step there |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    def ran(r, name, key):  # "ran: measured GiB (the prediction's error)", "out of memory" or "—"
-        if r.get(f"{key}: a real step at that length") is None:
+    def ran(r, name):  # a real step at the longest predicted length: "ran: GiB (the prediction's error)", ...
+        key = CAP_KEYS[name]
+        if r[f"{key}: a real step at that length"] is None:
             return "—"
-        peak = r.get(f"{key}: measured bytes at that length")
+        peak = r[f"{key}: measured bytes at that length"]
         if peak is None:
-            return "ran" if r[f"{key}: a real step at that length"] else "out of memory"
-        longest = r[f"most_tokens {name}"]
-        predicted = result["predicted"][r["recipe"]]
-        predicted = predicted[str(longest)] if str(longest) in predicted else predicted[longest]
+            return "out of memory"
+        predicted = _at(result["predicted"][r["recipe"]], r[f"most_tokens {name}"])
         return f"ran: {peak / gib:.2f} GiB ({predicted / peak - 1:+.2%})"
 
     for r in result["rows"]:
         t4 = r["most_tokens T4 (15 GiB)"]
-        ok = ran(r, "T4 (15 GiB)", "T4 cap")
+        ok = ran(r, "T4 (15 GiB)")
         measured = "not run (predicted not to fit)" if r["measured_bytes"] is None else f"{r['measured_bytes'] / gib:.2f}"
         error = "—" if r["error"] is None else f"{r['error']:+.2%}"
         ms = "—" if r["step_ms"] is None else f"{r['step_ms']:,.0f}"
         lines.append(f"| {r['recipe']} | {r['seq']:,} | {r['predicted_bytes'] / gib:.2f} | {measured} | {error} | {ms} | "
-                     f"{t4:,} | {ok} | {r['most_tokens this card']:,} | {ran(r, 'this card', 'this card')} |")
+                     f"{t4:,} | {ok} | {r['most_tokens this card']:,} | {ran(r, 'this card')} |")
     lines += ["", "Predicted peak (GiB) by sequence length:", "",
               "| plan | " + " | ".join(f"{s:,}" for s in result["lengths"]) + " |",
               "| --- |" + " --- |" * len(result["lengths"])]
     for recipe, by_seq in result["predicted"].items():
-        lines.append(f"| {recipe} | " + " | ".join(f"{by_seq[str(s)] / gib:.1f}" if str(s) in by_seq else
-                                                    f"{by_seq[s] / gib:.1f}" for s in result["lengths"]) + " |")
+        lines.append(f"| {recipe} | " + " | ".join(f"{_at(by_seq, s) / gib:.1f}" for s in result["lengths"]) + " |")
     return "\n".join(lines)
 
 

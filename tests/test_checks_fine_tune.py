@@ -102,13 +102,12 @@ def test_qlora_is_lora_on_the_dequantized_weight_and_its_fake_step_is_the_real_o
 def test_the_course_kernels_give_the_model_pytorchs_loss_and_gradients():
     """The full plan's attention (lesson 05) and loss (lesson 06) in the course GPT: the same loss and gradients
     as PyTorch's attention and cross-entropy, in fp32 (interpreted on a CPU, compiled on a GPU)."""
-    from memfit.from_lessons.fused_linear_ce import fused_linear_cross_entropy
     from memfit.gpt import GPT
     from memfit.training import random_batch
     cfg = COURSE_CONFIGS["tiny"]
     torch.manual_seed(0)
     plain = GPT(cfg).to(memfit.DEVICE)
-    ours = GPT(cfg, attention=ref.course_attention, loss=fused_linear_cross_entropy).to(memfit.DEVICE)
+    ours = GPT(cfg, **ref.course_kernels()).to(memfit.DEVICE)
     ours.load_state_dict(plain.state_dict())
     idx, targets = random_batch(cfg, 2, 40, memfit.DEVICE)  # 40: not a multiple of the kernels' tiles
     losses = [model(idx, targets) for model in (plain, ours)]

@@ -17,8 +17,7 @@ from torch.utils._pytree import tree_leaves
 
 import memfit
 import memfit.from_lessons.fine_tune as reference  # imported before the grading child's guards go up
-from autograder.checks import (Check, CheckFailed, KernelSpec, LearnerCodeError, call_learner, check_cases,
-                               expect_value_error)
+from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error
 from autograder.checks.numerics import assert_close_by_rule, case_dtypes, dtype_name, expect_like, seeded_randn
 from memfit.gpt import COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, GPTConfig, unique_parameters
 from memfit.meter import LIVE_TENSORS, format_bytes, open_meter
@@ -288,31 +287,23 @@ def _composite(x, w, a, b, scale, dy):
     return y.detach(), (x.grad if x.requires_grad else None), a.grad, b.grad
 
 
-def _forward_of(function):
-    """function.apply, named after the learner's class (a stub's message then says "LoRAFunction.forward", not
-    "apply")."""
-    def apply(*args):
-        return function.apply(*args)
-    apply.__name__ = f"{getattr(function, '__name__', 'LoRAFunction')}.forward"
-    return apply
-
-
-def _backward_of(function, y):
-    """y.backward, named after the learner's class for a stub's message."""
-    def backward(dy):
-        return y.backward(dy)
-    backward.__name__ = f"{getattr(function, '__name__', 'LoRAFunction')}.backward"
-    return backward
+def _named(call, function, method: str):
+    """`call`, named after the learner's class and its method (a stub's message then says "LoRAFunction.forward",
+    not "apply")."""
+    def named(*args):
+        return call(*args)
+    named.__name__ = f"{getattr(function, '__name__', 'LoRAFunction')}.{method}"
+    return named
 
 
 def _run_learner(fn, case: LoraCase, x, w, a, b, dy):
-    y = call_learner(_forward_of(fn), x, w, a, b, case.scale, what=case.what())
+    y = call_learner(_named(fn.apply, fn, "forward"), x, w, a, b, case.scale, what=case.what())
     expect_like(y, torch.empty(tuple(case.x_shape[:-1]) + (case.d_out,), dtype=case.dtype, device=x.device),
                 f"{case.what()}, y")
     if not y.requires_grad:
         raise CheckFailed(f"{case.what()}: y does not require a gradient: return the result of the forward's "
                           "computation (autograd attaches LoRAFunction's backward to it)")
-    call_learner(_backward_of(fn, y), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
+    call_learner(_named(y.backward, fn, "backward"), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
     return y
 
 
@@ -417,13 +408,13 @@ def check_lora_memory(lora_function, cases: str = "visible") -> None:
         case, budget = mcase.lora, lora_budgets(mcase.lora)
         what = f"{case.what()} on the {mcase.meter} meter"
         x, w, a, b, dy = case.make(device)
-        warm = call_learner(_forward_of(lora_function), x, w, a, b, case.scale, what=case.what())  # workspaces
-        call_learner(_backward_of(lora_function, warm), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
+        warm = call_learner(_named(lora_function.apply, lora_function, "forward"), x, w, a, b, case.scale, what=case.what())  # workspaces
+        call_learner(_named(warm.backward, lora_function, "backward"), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
         del warm
         x.grad = a.grad = b.grad = None
         with open_meter(device, mcase.meter) as meter:
             meter.reset_peak()
-            y = call_learner(_forward_of(lora_function), x, w, a, b, case.scale, what=case.what())
+            y = call_learner(_named(lora_function.apply, lora_function, "forward"), x, w, a, b, case.scale, what=case.what())
             forward_peak = meter.peak
             kept = meter.current - _storage_bytes(y)
         wsize = format_bytes(budget["weight"])
@@ -439,7 +430,7 @@ def check_lora_memory(lora_function, cases: str = "visible") -> None:
                               f"{', one of x' if case.layout != 'contiguous' else ''}); {why}")
         with open_meter(device, mcase.meter) as meter:
             meter.reset_peak()
-            call_learner(_backward_of(lora_function, y), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
+            call_learner(_named(y.backward, lora_function, "backward"), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
             backward_peak = meter.peak
         if backward_peak > budget["backward"]:
             why = ("x does not require a gradient here: compute dx only when ctx.needs_input_grad[0]; "
@@ -665,8 +656,7 @@ class FakeCase:
 
 def _trainer(cfg, precision, recompute="none", optimizer="adamw", kernels=False):
     from memfit.training import Trainer
-    from memfit.from_lessons.fused_linear_ce import fused_linear_cross_entropy
-    own = dict(attention=reference.course_attention, loss=fused_linear_cross_entropy) if kernels else {}
+    own = reference.course_kernels() if kernels else {}
     # (the kernels' real steps on the machine's device: a GPU's compiled Triton cannot read CPU tensors)
     return lambda: Trainer(cfg, precision, optimizer, recompute, device=memfit.DEVICE if kernels else "cpu", **own)
 
@@ -735,15 +725,8 @@ def check_fake_step_memory(fake_step_memory, cases: str = "visible") -> None:
     from memfit.training import measure_step
     for case in _plan(FAKE_CASES, cases):
         what = f"fake_step_memory({case.label}, batch={case.batch}, seq={case.seq})"
-        try:
-            with _RealAllocations():
-                got = call_learner(fake_step_memory, case.make, case.batch, case.seq, what=what)
-        except LearnerCodeError as exc:
-            if not case.kernels:
-                raise
-            raise LearnerCodeError(f"{exc}. This model launches Triton kernels (lesson 05's attention, lesson 06's "
-                                   "loss): run the step under memfit.fake.FakeTensors, in which a launch on fake "
-                                   "tensors does nothing, not under plain FakeTensorMode") from None
+        with _RealAllocations():  # (a kernel launched on fake tensors outside FakeTensors says so: memfit.fake)
+            got = call_learner(fake_step_memory, case.make, case.batch, case.seq, what=what)
         peak, states = _step_fields(got, what)
         if case.real:
             real = measure_step(case.make(), case.batch, case.seq, meter=LIVE_TENSORS)

@@ -457,9 +457,15 @@ def course_attention(q, k, v):
     return flash_attention(q, k, v, causal=True)
 
 
+def course_kernels() -> dict:
+    """The course's own attention and loss, as GPT and Trainer take them: lesson 05's FlashAttention and lesson 06's
+    fused linear cross-entropy."""
+    from memfit.from_lessons.fused_linear_ce import fused_linear_cross_entropy
+    return {"attention": course_attention, "loss": fused_linear_cross_entropy}
+
+
 def plan_trainer(plan: str, cfg, device=None):
     """The course Trainer of one of PLANS (LoRA and QLoRA: r = 16 on every block matrix)."""
-    from memfit.from_lessons.fused_linear_ce import fused_linear_cross_entropy
     from memfit.training import Trainer
     if plan not in PLANS:
         raise ValueError(f"plan must be one of {PLANS}, not {plan!r}")
@@ -467,8 +473,7 @@ def plan_trainer(plan: str, cfg, device=None):
     if plan == PLANS[0]:
         return Trainer(cfg, "amp", "adamw", recompute, device)
     if plan == PLANS[1]:  # every piece of the course: bf16 weights, 8-bit states, recomputation, lessons 05 and 06
-        return Trainer(cfg, "bf16", adamw8bit, recompute, device, attention=course_attention,
-                       loss=fused_linear_cross_entropy)
+        return Trainer(cfg, "bf16", adamw8bit, recompute, device, **course_kernels())
     build = qlora_trainer if plan.startswith("QLoRA") else lora_trainer
     return build(cfg, 16, recompute=recompute, device=device)
 
