@@ -26,7 +26,7 @@ os.environ["MEMFIT_GRADING"] = "1"  # a skipped check raises instead of printing
 
 import memfit  # noqa: E402,F401  (decides TRITON_INTERPRET before any notebook imports triton)
 from memfit.runtime import cpu_share  # noqa: E402
-from autograder import sandbox  # noqa: E402
+from autograder import answers, sandbox  # noqa: E402
 from course.lessons import topic  # noqa: E402
 
 EXIT_CUDA_ERROR = 3  # the parent grades the remaining checks in a fresh process
@@ -73,15 +73,22 @@ def run_check(check, loaded, cases: str = "all") -> tuple[str, str]:
         return "error", (f"the notebook defines no function {', '.join(missing)}: was its cell deleted, renamed or "
                          "broken?" + (f" Cells that failed to run: {broken}" if broken else ""))
     functions = [getattr(loaded.module, name) for name in check.uses]
+    if answers.sealed():
+        reached = answers.answer_used(*functions)
+        if reached:
+            return "error", reached
+        answers.forget()
     try:
         check.run(*functions, cases=cases)
     except CheckSkipped as exc:
         return "skipped", str(exc)
     except (NotImplementedYet, CheckFailed) as exc:
-        return ("error" if isinstance(exc, LearnerCodeError) else "failed"), str(exc)
+        return ("error" if isinstance(exc, LearnerCodeError) else "failed"), answers.used() or str(exc)
     except BaseException as exc:  # noqa: BLE001  (SystemExit, KeyboardInterrupt from learner code too)
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        return "error", f"the check stopped with {last}"
+        return "error", answers.used() or f"the check stopped with {last}"
+    if answers.used():  # graded code called a reference it may not use, and caught what it raised
+        return "error", answers.used()
     return "passed", "passed"
 
 
@@ -155,6 +162,10 @@ def read_notebooks(g: Grading) -> None:
         g.solution = None
 
 
+def seal_answers(g: Grading) -> None:
+    answers.seal(g.lesson)
+
+
 def cap_gpu_memory(g: Grading) -> None:
     sandbox.cap_gpu_memory(float(os.environ["MEMFIT_GPU_FRACTION"]) if os.environ.get("MEMFIT_GPU_FRACTION") else None)
 
@@ -199,6 +210,8 @@ STARTUP = (
     Step(load_references, "the class's shared values are read from the grades folder, blocked later"),
     Step(import_lesson_reference, "the checks' reference code, imported before its file is blocked"),
     Step(read_notebooks, "before the guards: the notebook may lie in solutions/ (make grade NOTEBOOKS=solutions)"),
+    Step(seal_answers, "after every import of the checks and their references, before any notebook code runs: the "
+                       "references of this lesson and the later ones leave sys.modules (autograder.answers)"),
     Step(cap_gpu_memory, "before anything touches the GPU: the cap binds from the first allocation"),
     Step(limit_threads, "before any notebook code runs torch: its thread count is fixed for the grading"),
     Step(fill_uninitialized_memory, "before the notebook allocates: its fresh memory is NaN too (again per check)"),

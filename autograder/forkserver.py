@@ -114,6 +114,8 @@ def _preload() -> None:
     from pathlib import Path
     for path in sorted((Path(__file__).parent / "checks").glob("*.py")):
         importlib.import_module(f"autograder.checks.{path.stem}")
+    from autograder import sandbox as guards
+    guards.learn_runtime_state()  # once here, not in every child (it parses the grader's sources)
 
 
 def _child(request: dict, log_fd: int, result_fd: int) -> int:

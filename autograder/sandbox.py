@@ -227,13 +227,25 @@ def _blocked_path(path) -> bool:
 _installed = False
 
 
+def blocked_paths(lesson: str, extra_blocked=()) -> list:
+    """What graded code of `lesson` may not open: the grader, the solutions, the course's own tests (their right
+    alternatives are answers), its history, and the references of this lesson and every later one (their sources
+    and compiled caches)."""
+    from autograder.answers import forbidden
+    topics = [topic(later) for later in forbidden(lesson)]
+    compiled = ROOT / "memfit" / "from_lessons" / "__pycache__"
+    cached = [compiled / name for name in (os.listdir(compiled) if compiled.is_dir() else ())
+              if name.split(".")[0] in topics]
+    return [ROOT / "autograder", ROOT / "solutions", ROOT / "tests", ROOT / ".git",
+            *(ROOT / "memfit" / "from_lessons" / f"{t}.py" for t in topics), *cached, *extra_blocked]
+
+
 def install_guards(lesson: str, extra_blocked: list[str] = ()) -> None:
     """Block reads of the grader's files and non-loopback sockets for the rest of the process (audit hooks
     cannot be removed). Call after the grader has imported everything it needs."""
     global _installed
-    _BLOCKED_PATHS[:] = [os.path.realpath(p) for p in (
-        ROOT / "autograder", ROOT / "solutions", ROOT / "memfit" / "from_lessons" / f"{topic(lesson)}.py",
-        ROOT / "tests" / f"test_checks_{topic(lesson)}.py", *extra_blocked)]
+    _BLOCKED_PATHS[:] = [os.path.realpath(p) for p in blocked_paths(lesson, extra_blocked)]
+    learn_runtime_state()  # reads the grader's sources, which are blocked from here on
     if not _installed:
         sys.addaudithook(_audit)
         _installed = True
@@ -267,7 +279,8 @@ def fill_uninitialized_memory() -> None:
 #
 # Compared before the notebook loads, after it loads and after each check:
 # * the grader's own modules (autograder, course, memfit but the lessons' references), and the grader's patches on the
-#   libraries (the meter's reset guards): any change counts;
+#   libraries (the meter's reset guards): any change counts, but to the grader's runtime state (the globals its own
+#   functions rebind: a server started during a check, a flag, `_rebound_globals`), which is never compared;
 # * the attributes of the libraries the checks call: a replaced one counts only when its new value is not that
 #   library's own code (`_library_code`). A wrapper PyTorch installs lazily (torch._dynamo wraps torch.manual_seed
 #   when first imported) is PyTorch's code around PyTorch's function, so no release can trip the check, and no list
@@ -308,13 +321,37 @@ def _owned(value, module: types.ModuleType) -> bool:
     return not isinstance(value, type) or getattr(value, "__module__", None) == module.__name__
 
 
+_RUNTIME: dict[str, frozenset] = {}  # module -> the globals its own functions rebind: the grader's runtime state
+
+
+def _rebound_globals(path: str) -> frozenset:
+    """The names a module's functions declare `global` and so rebind while the grader runs (a server started on
+    first use, a cache, a flag): runtime state, not something graded code could have changed. Containers the grader
+    fills at run time are rebound (x = x + ...), never filled in place, so that they are marked so here."""
+    import ast
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    return frozenset(n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names)
+
+
+def learn_runtime_state() -> None:
+    for module in _grader_modules():
+        path = getattr(module, "__file__", None)
+        if module.__name__ not in _RUNTIME and path:
+            _RUNTIME[module.__name__] = _rebound_globals(path)
+
+
 def _grader_fingerprints() -> dict[tuple[str, str], tuple]:
-    """Every global of the grader's modules; the contents of autograder's and course's containers too (the cases)."""
+    """Every global of the grader's modules, but its runtime state (`_rebound_globals`); the contents of autograder's
+    and course's containers too (the cases)."""
     prints = {}
     for module in _grader_modules():
         strict = module.__name__.split(".")[0] in ("autograder", "course")
+        runtime = _RUNTIME.get(module.__name__, frozenset())
         for name, value in list(vars(module).items()):
-            if not name.startswith("__") and _owned(value, module):
+            if not name.startswith("__") and name not in runtime and _owned(value, module):
                 prints[(module.__name__, name)] = _fingerprint(value, strict)
     return prints
 

@@ -15,6 +15,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
+from autograder.answers import handed_to_graded_code
 from course.lessons import checks_module, topic
 
 CASES = ("visible", "hidden", "all")
@@ -158,14 +159,17 @@ class given_references:
             self.namespace = getattr(getattr(methods[0], "__func__", methods[0]), "__globals__", None) if methods else None
         self.replacements = {k: v for k, v in replacements.items() if self.namespace is not None and k in self.namespace}
         self.saved: dict = {}
+        self.handed = handed_to_graded_code(self.replacements.values())  # graded code may call these while active
 
     def __enter__(self):
         for name, value in self.replacements.items():
             self.saved[name] = self.namespace[name]
             self.namespace[name] = value
+        self.handed.__enter__()
         return self
 
     def __exit__(self, *exc):
+        self.handed.__exit__(*exc)
         for name, value in self.saved.items():
             self.namespace[name] = value
         self.saved.clear()
