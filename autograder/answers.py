@@ -45,10 +45,8 @@ class AnswerUsed(BaseException):
 
 
 def message(lesson: str, what: str | None = None) -> str:
-    number = lesson.split("_", 1)[0]
-    if what:
-        return f"{what} is lesson {number}'s reference, which is not available to graded code: write your own"
-    return f"lesson {number}'s reference is not available to graded code: write your own"
+    said = f"lesson {lesson.split('_', 1)[0]}'s reference is not available to graded code: write your own"
+    return f"{what}: {said}" if what else said
 
 
 def forbidden(lesson: str) -> list[str]:
@@ -108,6 +106,7 @@ def seal(lesson: str) -> None:
 
 def _defined_in_forbidden(value) -> str | None:
     """The lesson whose forbidden reference file defines this function, class or Triton kernel, or None."""
+    value = _inner(value)
     code = getattr(getattr(value, "fn", value), "__code__", None)  # a Triton kernel's Python function is .fn
     if isinstance(code, types.CodeType):
         return _files.get(os.path.realpath(code.co_filename)) if not code.co_filename.startswith("<") else None
@@ -140,7 +139,7 @@ def _tripwire(fn: types.FunctionType, lesson: str, what: str):
     def tripwire(*args, **kwargs):
         global _used
         if id(tripwire) not in _given and _graded(_nearest_course_frame(sys._getframe(1))):
-            _used = (*_used, message(lesson, what))
+            _used = (*_used, message(lesson, f"your code called {what}"))
             raise AnswerUsed(_used[-1])
         return fn(*args, **kwargs)
     del tripwire.__wrapped__  # graded code gets no handle on the unguarded function from here
@@ -160,17 +159,18 @@ def _arm(modules: dict[str, types.ModuleType]) -> None:
             lesson = _defined_in_forbidden(value)
             if lesson is None:
                 continue
-            if isinstance(value, types.FunctionType) and id(value) not in wires:
-                wires[id(value)] = _tripwire(value, lesson, f"{value.__qualname__}")
-            elif isinstance(value, type) and value not in classes:
-                classes.append(value)
+            if isinstance(value, type):
+                if value not in classes:
+                    classes.append(value)
+            elif isinstance(_inner(value), types.FunctionType) and id(value) not in wires:  # not a Triton kernel
+                wires[id(value)] = _tripwire(value, lesson, _inner(value).__qualname__)
     for cls in classes:
         lesson = _sealed[cls.__module__]
         for name, member in list(vars(cls).items()):
-            inner = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
-            if isinstance(inner, types.FunctionType) and _defined_in_forbidden(inner):
-                wire = _tripwire(inner, lesson, f"{cls.__qualname__}.{name}")
-                setattr(cls, name, type(member)(wire) if inner is not member else wire)
+            method = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+            if isinstance(_inner(method), types.FunctionType) and _defined_in_forbidden(method):
+                wire = _tripwire(method, lesson, f"{cls.__qualname__}.{name}")
+                setattr(cls, name, type(member)(wire) if method is not member else wire)
     holders = [m for n, m in list(sys.modules.items()) if isinstance(m, types.ModuleType)
                and n.split(".")[0] in ("memfit", "autograder", "course")]
     for module in [*modules.values(), *holders]:
@@ -239,7 +239,7 @@ def answer_used(*objects) -> str | None:
             lesson = _sealed.get(value.__name__)
         if lesson:
             name = getattr(value, "__qualname__", getattr(value, "__name__", "this object"))
-            return message(lesson, f"{where} uses {name}, which")
+            return message(lesson, f"{where} uses {name}")
         if isinstance(value, types.FunctionType) and CELL_FILENAME.match(value.__code__.co_filename):
             todo += [(v, where) for v in _reached(value)]
         elif isinstance(value, type) and value.__module__.startswith("notebook_"):

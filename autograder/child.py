@@ -83,7 +83,10 @@ def run_check(check, loaded, cases: str = "all") -> tuple[str, str]:
     except CheckSkipped as exc:
         return "skipped", str(exc)
     except (NotImplementedYet, CheckFailed) as exc:
-        return ("error" if isinstance(exc, LearnerCodeError) else "failed"), answers.used() or str(exc)
+        if isinstance(exc, LearnerCodeError):  # a NameError may come from a cell that failed to run
+            broken = "; ".join(map(str, loaded.errors))
+            return "error", answers.used() or str(exc) + (f" (Cells that failed to run: {broken})" if broken else "")
+        return "failed", answers.used() or str(exc)
     except BaseException as exc:  # noqa: BLE001  (SystemExit, KeyboardInterrupt from learner code too)
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return "error", answers.used() or f"the check stopped with {last}"

@@ -5,7 +5,8 @@ Block formats: the bytes llama.cpp's reference quantizers write (ggml-quants.c; 
 tests/test_gguf_parity.py checks llama_quantize), every scale and every code exact (the last block's padding
 included). Q8_0: d = absmax / 127 in fp32, codes roundf(x · id) with id = 1 / d in fp32, d stored in fp16. Q4_0:
 d = m / -8 with m the first value of largest magnitude and its sign, codes min(15, trunc(x · id + 8.5)), each
-operation rounded to fp32. A block of zeros: d = 0 (either sign), codes 0 / 8. The round trip must stay within the
+operation rounded to fp32. A block of zeros: d = 0 (either sign), codes 0 / 8. A block whose 1 / d overflows
+(0 < |d| <= 2^-128; not among the cases): codes 0, as on x86. The round trip must stay within the
 format's bound: (1/2 or 1) · |d| + (127 or 8) · |d - d̂|, d̂ the stored fp16 scale. The cases cover Gaussian and
 heavy-tailed weights, blocks of zeros, blocks whose extreme is negative, +a and -a tied for the extreme, exact
 halves (0.5 - 2^-25 included), values within two fp32 steps of a boundary between codes, tiny values (the fp16
@@ -223,15 +224,20 @@ def llama_quantize(fmt: str, w: torch.Tensor) -> Llama:
     if fmt == "q8_0":
         m = x.abs().amax(dim=1)
         d = m / 127
-        v = x * _reciprocal(d)[:, None]
+        inverse = _reciprocal(d)[:, None]
+        v = x * inverse
         codes = roundf(v)
     else:
         amax = x.abs().amax(dim=1, keepdim=True)
         first = (x.abs() == amax).int().argmax(dim=1, keepdim=True)  # the first one
         m = torch.where(amax[:, 0] > 0, x.gather(1, first)[:, 0], 0.0)  # a block of zeros: C's initial +0.0
         d = m / -8
-        v = x * _reciprocal(d)[:, None] + 8.5
+        inverse = _reciprocal(d)[:, None]
+        v = x * inverse + 8.5
         codes = v.trunc().clamp(0, 15)
+    # 0 < |d| <= 2^-128: 1 / d overflows, v is ±inf or NaN, and C's conversion to an integer (undefined) gives 0 on
+    # x86, where llama.cpp and gguf run. No graded case reaches it (tests/test_gguf_parity.py does).
+    codes = torch.where(inverse.isinf(), 0.0, codes)
     return Llama(x, m, d, d.half(), v, codes.long())
 
 
