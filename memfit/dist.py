@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from memfit.rank_server import ServerGone, server_for
 
@@ -100,8 +100,12 @@ def _forked_worker(fn, tmpdir: str, rank: int, spec: dict, args: dict) -> None:
 
 
 def run_ranks(target: str | Callable, world_size: int, *, backend: str = "gloo", args: dict | None = None,
-              timeout_s: float = 120.0, env: dict | None = None) -> list[Any]:
-    """Run `target` on `world_size` ranks; return each rank's result, in rank order."""
+              timeout_s: float = 120.0, env: dict | None = None, preload: Sequence[str] = ()) -> list[Any]:
+    """Run `target` on `world_size` ranks; return each rank's result, in rank order.
+
+    preload: modules the rank server imports once, before it forks the ranks, so that they start with them imported
+    (modules whose import runs nothing: no tensor, no thread pool, no CUDA); memfit.zero names itself. Ignored
+    where no server forks the ranks."""
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     forked = callable(target)
@@ -114,11 +118,11 @@ def run_ranks(target: str | Callable, world_size: int, *, backend: str = "gloo",
             raise ValueError(f"nccl with {world_size} ranks needs {world_size} GPUs; "
                              f"this machine has {torch.cuda.device_count()}")
     try:
-        return _launch(target, world_size, backend, args, timeout_s, env)
+        return _launch(target, world_size, backend, args, timeout_s, env, preload)
     except _NativeCrash:
         pass  # once more, all ranks fresh: a second crash is the function's own
     try:
-        return _launch(target, world_size, backend, args, timeout_s, env)
+        return _launch(target, world_size, backend, args, timeout_s, env, preload)
     except _NativeCrash as crash:
         raise DistributedFailure(f"{crash} (It crashed the same way when run a second time.)") from None
 
@@ -128,7 +132,7 @@ class _NativeCrash(DistributedFailure):
 
 
 def _launch(target: str | Callable, world_size: int, backend: str, args: dict | None, timeout_s: float,
-            env: dict | None) -> list[Any]:
+            env: dict | None, preload: Sequence[str] = ()) -> list[Any]:
     forked = callable(target)
     name = getattr(target, "__qualname__", repr(target)) if forked else target
     port = free_port()
@@ -150,7 +154,7 @@ def _launch(target: str | Callable, world_size: int, backend: str, args: dict | 
                     continue
                 if server is not None:
                     try:
-                        procs.append(server.start(str(tmpdir), rank, child_env, os.getcwd()))
+                        procs.append(server.start(str(tmpdir), rank, child_env, os.getcwd(), preload))
                         continue
                     except ServerGone:
                         server = None  # this rank and the rest as fresh interpreters

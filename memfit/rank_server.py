@@ -7,9 +7,14 @@ course and has run nothing since (no tensor, no thread pool, no CUDA), a rank st
 environment and folder. Only on machines without a GPU (a process that forks must not have touched CUDA).
 
     launcher                                     server (python -m memfit.rank_server FD)
-    start(): {tmpdir, rank, env, cwd}   -->      fork; the rank: setsid, rankN.err on 1 and 2, env, memfit.dist_rank.worker
+    start(): {tmpdir, rank, env, cwd,   -->      import the preload modules it has not yet; fork; the rank: setsid,
+              preload}                           rankN.err on 1 and 2, env, memfit.dist_rank.worker
                                         <--      {"pid": pid}
     poll()/wait():                      <--      {"pid": pid, "code": exit status, negative for a signal}
+
+The server imports torch and memfit.dist_rank as it starts, and whatever modules a launcher names in `preload`
+(memfit.zero names itself for its ranks) once, before it forks: it knows no module above it by name, so the
+library's imports stay one-way (memfit.zero -> memfit.dist -> memfit.rank_server, never back).
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import socket
 import subprocess
 import sys
 import traceback
-from typing import Callable
+from typing import Callable, Sequence
 
 MAX_MESSAGE = 1 << 20
 
@@ -91,9 +96,12 @@ class RankServer:
             for pid in self._pids:
                 self.exits.setdefault(pid, -9)
 
-    def start(self, tmpdir: str, rank: int, env: dict[str, str], cwd: str) -> ServedRank:
+    def start(self, tmpdir: str, rank: int, env: dict[str, str], cwd: str, preload: Sequence[str] = ()) -> ServedRank:
+        """Fork rank `rank` from the server; `preload`: modules the server imports first (once, in itself), so
+        that this rank and the later ones find them imported."""
         try:
-            self.sock.send(json.dumps(dict(tmpdir=tmpdir, rank=rank, env=env, cwd=cwd)).encode())
+            self.sock.send(json.dumps(dict(tmpdir=tmpdir, rank=rank, env=env, cwd=cwd,
+                                           preload=list(preload))).encode())
         except OSError as exc:
             raise ServerGone(f"the rank server is gone: {exc}") from exc
         while True:  # exit statuses of earlier ranks may come first
@@ -180,10 +188,23 @@ def fork_and_run(child: Callable[[], int]) -> int:
             os._exit(code)
 
 
+def preload(modules: Sequence[str]) -> None:
+    """Import each of `modules` not yet imported, in the server, before it forks: a module whose import runs
+    nothing (no tensor, no thread pool, no CUDA), named by the launcher's caller. One that fails to import is left
+    to the rank, which imports it again and reports the error where its launcher reads it."""
+    import importlib
+    for name in modules:
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001
+                pass
+
+
 def serve(sock: socket.socket) -> None:
     import torch  # noqa: F401  (what every rank imports; nothing runs: a fork must not copy a thread pool)
     import torch.distributed  # noqa: F401
-    import memfit.dist_rank, memfit.zero  # noqa: F401,E401
+    import memfit.dist_rank  # noqa: F401
     sock.send(json.dumps({"ready": True}).encode())
     running: set[int] = set()
     while True:
@@ -193,6 +214,7 @@ def serve(sock: socket.socket) -> None:
             if not data:
                 return  # the launching process ended
             request = json.loads(data)
+            preload(request.get("preload", ()))
 
             def rank() -> int:
                 sock.close()  # the rank's copy: only the server answers the launcher

@@ -429,7 +429,8 @@ def _launch_ranks(optimizer, world_size: int, fn, target: str, timeout_s: float,
             name = {"source": source, "name": optimizer.__qualname__}
     args = dict(optimizer=name or optimizer, **kwargs)
     try:
-        return run_ranks(target if name else fn, world_size, args=args, timeout_s=timeout_s)
+        # The rank server imports this module before it forks the ranks: they start with it (and torch) imported.
+        return run_ranks(target if name else fn, world_size, args=args, timeout_s=timeout_s, preload=("memfit.zero",))
     except Exception as exc:
         if "Autograd-and-Fork" in str(exc):
             raise RuntimeError(
@@ -478,7 +479,7 @@ def distributed_rank(rank: int, world_size: int, optimizer: str | type, stage: i
                      cfg: str = "tiny", batch: int = 2, seq: int = 16, param_dtype: str = "float32",
                      opt_args: dict | None = None, device: str = "cpu") -> dict:
     """One rank of train_ranks on torch.distributed (run it with memfit.dist.run_ranks or torchrun).
-    optimizer: the class, or where to find it ("memfit.from_lessons.zero:ZeroAdamW", "x.ipynb::ZeroAdamW").
+    optimizer: the class, or where to find it ("mypackage.zero:ZeroAdamW", "x.ipynb::ZeroAdamW").
     Rank 0 also trains the unsharded reference and reports the largest relative difference."""
     if isinstance(optimizer, (str, dict)):
         from memfit.dist_rank import resolve
@@ -630,7 +631,8 @@ def engines_rank(rank: int, world_size: int, **kwargs) -> dict[str, dict]:
 
 
 def main(argv=None) -> int:
-    """Entry point for torchrun:  torchrun --standalone --nproc-per-node 2 -m memfit.zero --stage 3"""
+    """Entry point for torchrun:
+    torchrun --standalone --nproc-per-node 2 -m memfit.zero --stage 3 --optimizer lessons/03_zero.ipynb::ZeroAdamW"""
     import argparse
     import json
     import os
@@ -641,12 +643,14 @@ def main(argv=None) -> int:
     parser.add_argument("--stage", type=int, default=3, choices=(0, 1, 2, 3))
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--cfg", default="tiny", choices=sorted(COURSE_CONFIGS))
-    parser.add_argument("--optimizer", default="memfit.from_lessons.zero:ZeroAdamW",
-                        help='"module:Class" or "notebook.ipynb::Class"')
+    parser.add_argument("--optimizer", required=True,
+                        help='the ZeRO optimizer: "module:Class" or "notebook.ipynb::Class" (make zero-torchrun '
+                             'passes lesson 03\'s, or OPTIMIZER=...)')
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     if "RANK" not in os.environ:
-        parser.error("run me under torchrun, e.g. torchrun --standalone --nproc-per-node 2 -m memfit.zero")
+        parser.error("run me under torchrun, e.g. torchrun --standalone --nproc-per-node 2 -m memfit.zero "
+                     "--optimizer lessons/03_zero.ipynb::ZeroAdamW (or make zero-torchrun)")
     if args.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo")

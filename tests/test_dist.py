@@ -162,7 +162,8 @@ def test_zero_under_torchrun():
 
     from course import ROOT, course_env
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "memfit.zero", "--stage", "2", "--device", "cpu"], cwd=ROOT, env=course_env(),
+                           "-m", "memfit.zero", "--stage", "2", "--device", "cpu",
+                           "--optimizer", "memfit.from_lessons.zero:ZeroAdamW"], cwd=ROOT, env=course_env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = sorted((json.loads(line.split(": ", 1)[1]) for line in proc.stdout.splitlines()

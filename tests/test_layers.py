@@ -3,9 +3,12 @@ it (its generated lesson answers, memfit.from_lessons, sit just above its core);
 grading adds to a notebook, process trees) imports only memfit; autograder and benchmarks import those two and not
 each other; the decks and the tools sit above them, since they present or verify the whole course (a deck quotes its
 lesson's checks, points and cases from the grader itself, the one source; make lessons holds each notebook to its
-CHECKS; compile_targets compiles the kernels a check module lists); tests import anything. No two modules import each
-other. Imports inside functions count: they run too."""
+CHECKS; compile_targets compiles the kernels a check module lists); tests import anything. No modules import one
+another around a loop, of two modules or of more (a package and its own submodules aside). Imports inside functions
+count: they run too. And the library does not name its generated lesson code even in a string (a default, an
+example): what runs lesson code names it from above (the Makefile, a check, a benchmark)."""
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -55,8 +58,83 @@ def top(module: str) -> str:
     return "memfit.from_lessons" if module.startswith("memfit.from_lessons") else module.split(".")[0]
 
 
+def counts_for_cycles(a: str, b: str) -> bool:
+    """Every arrow but a package's to its own submodule and back (importing a.b runs a's __init__ first anyway)."""
+    return not (b.startswith(a + ".") or a.startswith(b + "."))
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm), each sorted, in order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def cycle_through(start: str, graph: dict[str, set[str]], members: set[str]) -> list[str]:
+    """The shortest loop from `start` back to it within `members`: [start, ..., start]."""
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w in sorted(graph.get(v, set()) & members):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if v != start else [start, start]
+                if w not in came_from:
+                    came_from[w] = v
+                    following.append(w)
+        frontier = following
+    raise ValueError(f"{start} is on no loop within {sorted(members)}")
+
+
+def cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Each loop of imports, of any length, as a chain "a -> b -> c -> a": one per strongly connected component,
+    through its first module, naming the component's other modules when the chain does not pass them all."""
+    arrows = {a: {b for b in targets if counts_for_cycles(a, b)} for a, targets in graph.items()}
+    found = []
+    for members in strongly_connected(arrows):
+        chain = cycle_through(members[0], arrows, set(members))
+        line = f"import cycle: {' -> '.join(chain)}"
+        others = [m for m in members if m not in chain]
+        if others:
+            line += f" (and {', '.join(others)} on other loops among the same modules)"
+        found.append(line)
+    return found
+
+
 def problems(graph: dict[str, set[str]]) -> list[str]:
-    """Every arrow that points up or sideways, every pair of modules that import each other."""
+    """Every arrow that points up or sideways, every loop of modules importing one another."""
     found = []
     for a, targets in sorted(graph.items()):
         for b in sorted(targets):
@@ -64,18 +142,43 @@ def problems(graph: dict[str, set[str]]) -> list[str]:
                 found.append(f"{a} imports {b}, a layer above it")
             elif layer(b) == layer(a) and top(a) != top(b) and top(a) != "tests":
                 found.append(f"{a} imports {b}, beside it (only the layers below are its to import)")
-            if a < b and a in graph.get(b, ()):
-                found.append(f"{a} and {b} import each other")
-    return found
+    return found + cycles(graph)
+
+
+def is_library(module: str) -> bool:
+    return top(module) == "memfit"
+
+
+def lesson_code_named(module: str, source: str) -> list[str]:
+    """The strings of a library module (memfit, not memfit.from_lessons) that name generated lesson code: a default
+    "memfit.from_lessons.zero:ZeroAdamW" ties the library to a lesson as surely as an import does."""
+    if not is_library(module):
+        return []
+    return [f"{module}, line {node.lineno}, names generated lesson code in a string: {node.value!r}"
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and node.value.startswith("memfit.from_lessons")]
+
+
+@functools.lru_cache(maxsize=1)
+def _graph_of_course() -> tuple[tuple[str, frozenset[str]], ...]:
+    modules = course_modules()
+    return tuple((name, frozenset(imports(name, path, set(modules)))) for name, path in modules.items())
 
 
 def graph_of_course() -> dict[str, set[str]]:
-    modules = course_modules()
-    return {name: imports(name, path, set(modules)) for name, path in modules.items()}
+    """The course's import graph, parsed once per test run: a fresh copy for each test to plant arrows in."""
+    return {name: set(targets) for name, targets in _graph_of_course()}
 
 
-def test_every_import_points_down_and_no_two_modules_import_each_other():
+def test_every_import_points_down_and_no_modules_import_one_another_around_a_loop():
     found = problems(graph_of_course())
+    assert not found, "\n".join(found)
+
+
+def test_the_library_names_no_generated_lesson_code_even_in_a_string():
+    found = [line for name, path in sorted(course_modules().items())
+             for line in lesson_code_named(name, path.read_text())]
     assert not found, "\n".join(found)
 
 
@@ -94,8 +197,43 @@ def test_a_planted_upward_or_sideways_import_fails(planted, expected):
     assert any(expected in line for line in problems(graph)), problems(graph)
 
 
-def test_a_planted_cycle_fails():
+def test_a_planted_cycle_of_two_fails():
     graph = graph_of_course()
     graph["memfit.gpt"] = graph["memfit.gpt"] | {"memfit.meter"}
     graph["memfit.meter"] = graph["memfit.meter"] | {"memfit.gpt"}
-    assert "memfit.gpt and memfit.meter import each other" in problems(graph)
+    assert "import cycle: memfit.gpt -> memfit.meter -> memfit.gpt" in problems(graph), problems(graph)
+
+
+def test_a_planted_cycle_of_three_fails():
+    graph = graph_of_course()
+    for a, b in (("memfit.gpt", "memfit.meter"), ("memfit.meter", "memfit.timing"), ("memfit.timing", "memfit.gpt")):
+        graph[a] = graph[a] | {b}
+    assert "import cycle: memfit.gpt -> memfit.meter -> memfit.timing -> memfit.gpt" in problems(graph), \
+        problems(graph)
+
+
+def test_a_planted_knot_names_every_module_in_it():
+    graph = graph_of_course()  # two loops through memfit.gpt: a chain shows one, the other's module is named
+    for a, b in (("memfit.gpt", "memfit.meter"), ("memfit.meter", "memfit.gpt"), ("memfit.gpt", "memfit.timing"),
+                 ("memfit.timing", "memfit.plots"), ("memfit.plots", "memfit.gpt")):
+        graph[a] = graph[a] | {b}
+    assert [line for line in problems(graph) if "cycle" in line] == [
+        "import cycle: memfit.gpt -> memfit.meter -> memfit.gpt "
+        "(and memfit.plots, memfit.timing on other loops among the same modules)"]
+
+
+def test_a_package_and_its_own_submodule_are_no_cycle():
+    graph = graph_of_course()
+    graph["memfit.hardware"] = graph["memfit.hardware"] | {"memfit"}  # memfit imports memfit.hardware already
+    assert "memfit.hardware" in graph["memfit"] and not cycles(graph)
+
+
+@pytest.mark.parametrize("source", [
+    'DEFAULT = "memfit.from_lessons.zero:ZeroAdamW"',
+    'def f(lesson):\n    return f"memfit.from_lessons.{lesson}"',
+    'def main(optimizer="memfit.from_lessons.zero:ZeroAdamW"):\n    pass',
+])
+def test_a_planted_string_naming_lesson_code_fails(source):
+    assert lesson_code_named("memfit.zero", source)
+    assert not lesson_code_named("memfit.from_lessons.fine_tune", source)  # lesson code names lesson code
+    assert not lesson_code_named("benchmarks.zero", source)  # above the library, naming it is the point

@@ -9,11 +9,12 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="skipped: nbformat is not installed (make test installs it)")
 
 from course import course_env
+from course.lessons import lessons, solution_path
 from memfit.notebook import lesson_of, read_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
-LESSONS = sorted((ROOT / "lessons").glob("*.ipynb"))
+SOLUTIONS = [solution_path(lesson) for lesson in lessons()]
+LESSONS = [ROOT / "lessons" / f"{lesson}.ipynb" for lesson in lessons()]  # make lessons' releases
 
 
 def nbgrader_meta(cell):
@@ -22,6 +23,14 @@ def nbgrader_meta(cell):
 
 def test_there_are_lessons():
     assert SOLUTIONS, "no solution notebooks"
+
+
+def test_every_notebook_of_solutions_and_lessons_is_a_lesson():
+    """solutions/ holds the lessons (NN_topic.ipynb, what course.lessons finds) and nothing else, lessons/ one release
+    of each: a notebook named otherwise would be skipped by everything that goes through course.lessons."""
+    for folder in ("solutions", "lessons"):
+        found = sorted(p.stem for p in (ROOT / folder).glob("*.ipynb"))
+        assert found == lessons(), f"{folder}/ holds {found}; the lessons are {lessons()} (solutions/NN_topic.ipynb)"
 
 
 @pytest.mark.parametrize("path", SOLUTIONS + LESSONS, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -63,20 +72,27 @@ def test_lessons_are_generated_from_solutions():
 
 
 def test_saved_library_code_is_the_reference_without_markers():
-    from tools.make_lessons import library_path, saved_code
-    for lesson in ("01_model_states", "02_activations", "03_zero", "04_kernel_fusion", "05_flash_attention",
-                   "06_fused_linear_ce", "07_quantization"):
+    """Every lesson that marks cells #@save has its module in memfit/from_lessons/, current and without markers, and
+    every module there is one such lesson's."""
+    from tools.make_lessons import LIBRARY, library_path, saved_code
+    saving = [lesson for lesson in lessons() if saved_code(lesson) is not None]
+    assert saving, "no lesson marks a cell #@save"
+    for lesson in saving:
         code = saved_code(lesson)
         assert code and "BEGIN SOLUTION" not in code and "#@save" not in code.splitlines()
         assert library_path(lesson).read_text() == code, f"{library_path(lesson)} is stale: run `make lessons`"
+    modules = sorted(p.name for p in LIBRARY.glob("*.py") if p.name != "__init__.py")
+    assert modules == sorted(library_path(lesson).name for lesson in saving), \
+        f"memfit/from_lessons/ holds {modules}; the lessons that save code are {saving}"
 
 
-@pytest.mark.parametrize("lesson", [p.stem for p in SOLUTIONS])
+@pytest.mark.parametrize("lesson", lessons())
 def test_solution_runs_top_to_bottom(lesson):
     """Every cell, demos included, runs without Jupyter, as the learner's notebook holds them: the hidden tests
     left out (test_checks_*'s test_reference_passes_every_case runs every case). Its time is reported, not
     asserted: benchmarks.notebook_times measures it in a Jupyter kernel (benchmarks/results/)."""
-    proc = subprocess.run([sys.executable, "-m", "tools.run_notebook", "--visible-only", f"solutions/{lesson}.ipynb"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "tools.run_notebook", "--visible-only",
+                           str(solution_path(lesson).relative_to(ROOT))], cwd=ROOT,
                           env=course_env(MPLBACKEND="Agg"), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stderr.strip().splitlines()[-1])
@@ -86,7 +102,6 @@ def test_the_readme_has_one_row_per_lesson_in_order():
     """The README's lesson table follows solutions/: a row per lesson, numbered, linking its solution notebook and the
     learner's release in Colab (a lesson added without its row, or a row left after a lesson went, fails here)."""
     import re
-    from course.lessons import lessons
     rows = re.findall(r"^\| (\d\d) \| \[[^\]]+\]\(solutions/([^)]+)\.ipynb\) \(\[open in Colab\]\([^)]*/lessons/([^)]+)\.ipynb\)\)",
                       (ROOT / "README.md").read_text(), flags=re.M)
     assert rows == [(name[:2], name, name) for name in lessons()], \
