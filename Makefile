@@ -1,5 +1,5 @@
 # Fitting LLM training into GPU memory: the course's commands.
-#   make lab [LAB_OPTS=...] | lab-instructor | test | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [LESSON=NN] [WORKERS=N] [BACKEND=ray] [REGRADE=1] | export | lessons
+#   make lab [LAB_OPTS=...] | lab-instructor | test | test-draws | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [LESSON=NN] [WORKERS=N] [BACKEND=ray] [REGRADE=1] | export | lessons
 #   | slides [DECKS="..."] | test-slides | bench | clean
 #   make zero-torchrun [NPROC=2] [STAGE=3] [OPTIMIZER=lessons/03_zero.ipynb::ZeroAdamW]   (lesson 03 under torchrun)
 # The first use of any target creates .venv with the pinned packages of requirements.txt.
@@ -40,7 +40,7 @@ CHROMIUM   := $(or $(CHROMIUM),$(shell command -v chromium || command -v chromiu
 TEST_DEP   := $(ENV_DEP) $(RAY_DEP) $(if $(CHROMIUM),$(SLIDES_DEP))
 DECKS ?=
 
-.PHONY: env lab lab-instructor test grade export lessons slides test-slides bench zero-torchrun clean
+.PHONY: env lab lab-instructor test test-draws grade export lessons slides test-slides bench zero-torchrun clean
 
 env: $(ENV_DEP)
 
@@ -77,6 +77,11 @@ test: $(TEST_DEP)
 
 slides: $(ENV_DEP) $(SLIDES_DEP)
 	$(RUN) -m slides $(DECKS)
+
+# Every right entry of every check that draws random values keeps its points on 100 draws (hours on a CPU: make test
+# draws the fast checks 100 times and a few others 10, tests/test_draws.py).
+test-draws: $(ENV_DEP)
+	MEMFIT_DRAWS=all $(RUN) -m pytest tests/test_draws.py -q -ra $(XDIST)
 
 test-slides: $(ENV_DEP) $(SLIDES_DEP)
 	$(RUN) -m pytest tests/test_slides.py -q -ra

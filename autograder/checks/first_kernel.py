@@ -18,7 +18,7 @@ import memfit
 from autograder.checks import Check, KernelSpec, CheckFailed, CheckSkipped, call_learner, check_cases, skip
 from autograder.checks.numerics import (_spans, assert_close_by_rule, call_pure, check_guards, dtype_name,
                                         expect_like, expect_no_torch_arithmetic, guarded_allocations, guarded_empty,
-                                        overlaps)
+                                        overlaps, seeded_generator)
 from memfit.meter import LIVE_TENSORS, LiveTensorMeter, format_bytes, measure_peak
 
 
@@ -151,7 +151,7 @@ def _add_cases() -> dict:
 
 def _operands(case: AddCase, seed: int):
     """x, y and alpha for a case; drawn on the CPU (the same numbers on every device), then moved."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     n, dtype, device = math.prod(case.shape), case.dtype(), memfit.DEVICE
     scale = MAGNITUDES[case.magnitude]
     draw = lambda *shape: (scale * torch.randn(*shape, generator=gen)).to(dtype=dtype, device=device)
@@ -268,7 +268,7 @@ INVALID_CASES = {"visible": [InvalidCase(kind) for kind in INVALID_KINDS],
 
 def _invalid_arguments(kind: str, seed: int):
     """(x, y, out) for one kind of bad call; every tensor large enough that a kernel that runs anyway stays in bounds."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     device = memfit.DEVICE
     dtypes = memfit.profile().dtypes
     dtype = dtypes[seed % len(dtypes)]
@@ -362,7 +362,7 @@ def _memory_budget(out_bytes: int, out_given: bool) -> int:
 
 def _memory_call(case_shape, dtype: torch.dtype, out_given: bool, seed: int):
     """(x, y, alpha, out, what) of one measured call."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     x = torch.randn(case_shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
     y = torch.randn(case_shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
     out = torch.empty_like(x) if out_given else None
@@ -461,7 +461,7 @@ def check_scaled_add_gpu(scaled_add, cases: str = "visible") -> None:
     plan = _plan(_gpu_cases(), cases)
     for seed, case in enumerate(plan):
         dtype = case.dtype()
-        gen = torch.Generator().manual_seed(100 + seed)
+        gen = seeded_generator(100 + seed)
         x = torch.randn(case.shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
         y = torch.randn(case.shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
         alpha = float(torch.empty(()).uniform_(-2, 2, generator=gen))

@@ -28,7 +28,7 @@ import memfit.from_lessons.flash_attention as REFERENCE  # imported before the g
 from autograder.checks import (Check, CheckFailed, KernelSpec, NotImplementedYet, call_learner, check_cases,
                                expect_value_error, given_references)
 from autograder.checks.numerics import (assert_close_by_rule, call_pure, expect_like, expect_no_torch_arithmetic,
-                                        guarded_allocations)
+                                        guarded_allocations, seeded_generator)
 from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
 from memfit.hardware import borrowed_configs
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
@@ -247,7 +247,7 @@ def check_online_softmax(online_softmax_stats, cases: str = "visible") -> None:
         if pattern == "first":  # some rows see only -inf in the first blocks (left padding)
             x[::2, : sum(widths[:-1])] = float("-inf")
         elif pattern == "scattered":
-            gen = torch.Generator().manual_seed(seed)
+            gen = seeded_generator(seed)
             masked = torch.rand(x.shape, generator=gen) < 0.5
             masked[:, -1] = False
             x[masked.to(x.device)] = float("-inf")

@@ -27,7 +27,7 @@ from memfit.from_lessons import fused_linear_ce as reference  # imported before 
 from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error,
                                given_references)
 from autograder.checks.numerics import (assert_close_by_rule, call_pure, expect_like, guarded_allocations,
-                                        training_half)
+                                        training_half, seeded_generator)
 from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
 from memfit.hardware import config as _config
 from memfit.meter import LIVE_TENSORS, LiveTensorMeter, format_bytes, measure_peak
@@ -81,7 +81,7 @@ class Case:
         return ", ".join(parts)
 
     def targets(self, seed):
-        gen = torch.Generator().manual_seed(seed + 3)
+        gen = seeded_generator(seed + 3)
         t = torch.randint(0, self.v, (self.n,), generator=gen)
         t[torch.rand(self.n, generator=gen) < self.ignored] = self.ignore_index
         t[: self.ignore_first] = self.ignore_index

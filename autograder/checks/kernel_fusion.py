@@ -28,7 +28,8 @@ import memfit
 import memfit.from_lessons.kernel_fusion as reference  # noqa: F401  (imported before the grading guards go up)
 from autograder.checks import Check, CheckFailed, KernelSpec, NotImplementedYet, call_learner, check_cases
 from autograder.checks.numerics import (allocated_bytes, assert_close_by_rule, call_pure, check_guards, expect_like,
-                                        expect_no_torch_arithmetic, guarded_allocations, guarded_empty)
+                                        expect_no_torch_arithmetic, guarded_allocations, guarded_empty,
+                                        seeded_generator, drawn)
 from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
 from memfit.gpt import rms_norm, swiglu
 from memfit.meter import CUDA_ALLOCATOR, LIVE_TENSORS, format_bytes, measure_peak
@@ -539,9 +540,9 @@ def check_fused_gpt(use_fused_kernels, cases: str = "visible") -> dict:
     for case in _plan(GPT_CASES, cases):
         name = case.config
         cfg = COURSE_CONFIGS[name]
-        torch.manual_seed(0)
+        torch.manual_seed(drawn(0))
         eager = GPT(cfg).to(memfit.DEVICE)
-        gen = torch.Generator().manual_seed(1)
+        gen = seeded_generator(1)
         with torch.no_grad():
             for module in eager.modules():
                 if isinstance(module, RMSNorm):

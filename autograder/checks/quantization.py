@@ -36,7 +36,7 @@ import memfit.from_lessons.quantization as lesson  # the reference: imported bef
 import triton.language as tl  # the fused optimizer's dtypes, for its compile spec
 from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error,
                                given_references)
-from autograder.checks.numerics import assert_close_by_rule, expect_like, expect_no_torch_arithmetic
+from autograder.checks.numerics import assert_close_by_rule, expect_like, expect_no_torch_arithmetic, seeded_generator
 from autograder.checks.numerics import call_pure, dtype_name as _name, guarded_allocations, overlaps
 from autograder.checks.references import reference
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
@@ -113,7 +113,7 @@ def weights(kind: str, shape, seed: int, fmt: str = "q8_0") -> torch.Tensor:
     steps of (k + 0.5) · d, where x · id and x / d, or the fp32 and the fp16 scale, give different codes. tied: +a
     and -a both the block's largest magnitude, in either order and in either half of the block. tiny: Gaussian
     blocks scaled by 1e-5 .. 1e-30, whose fp16 scale is subnormal or 0."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     n = math.prod(shape)
     if kind == "zeros":
         return torch.zeros(shape)
@@ -673,7 +673,7 @@ MATMUL_INVALID_CASES = [MatmulInvalidCase(kind, hidden) for hidden in (False, Tr
 
 
 def _x_for(case: MatmulCase, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     shape = (*case.lead, case.k)
     if case.layout == "column slice":  # rows of a wider tensor: stride(-2) = K + 32
         return torch.randn(*case.lead, case.k + 32, generator=gen).to(memfit.DEVICE, dtype)[..., :case.k]
@@ -712,7 +712,7 @@ def _cancelling(case: MatmulCase, seed: int) -> tuple[torch.Tensor, torch.Tensor
     partial sums rounded to 16 bits (split K added in x's dtype) or a tile of Ŵ not rounded to x's dtype (a product
     other than dequantize-then-matmul's) move the result by several times the tolerance; fp32 accumulation of the
     rounded tile, as the text asks, stays well within it."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     half = case.k // 2
     w = weights("heavy", (case.n, case.k), seed)
     w[:, half:] = -w[:, :half] + 2e-4 * torch.randn(case.n, half, generator=gen)
@@ -796,7 +796,7 @@ def check_int8_matmul_memory(int8_weight_matmul, cases: str = "visible") -> None
         if case.cpu_only and memfit.HAS_GPU:
             continue
         m, n, k, dtype = case.m, case.n, case.k, DTYPES[case.dtype]
-        gen = torch.Generator().manual_seed(m + n)
+        gen = seeded_generator(m + n)
         x = torch.randn(m, k, generator=gen).to(memfit.DEVICE, dtype)
         qw = reference_q8_0(weights("gaussian", (n, k), n).to(memfit.DEVICE, dtype))
         what = f"int8_weight_matmul(M={m}, N={n}, K={k}, {_name(dtype)})"
@@ -949,7 +949,7 @@ def _graded_alone(AdamW8bit):
 
 
 def _problem(seed: int, big=(300, 70), small=(50,)):
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     return [(torch.randn(big, generator=gen) * 0.1), (torch.randn(small, generator=gen) * 0.1)], gen
 
 
@@ -1076,12 +1076,18 @@ def _adam_case(AdamW8bit, case: AdamCase, seed: int) -> None:
     steps = 8
     leaves, _ = _learner_run(AdamW8bit, params, steps, what, case.grad_scale, **extra)
     exact, _, _ = _simulate(params, steps, code_m, code_v, scale=case.grad_scale)
-    drift = max((got.detach().cpu().double() - e).abs().max().item() for got, e in zip(leaves, exact))
+    diffs = torch.cat([(got.detach().cpu().double() - e).abs().flatten() for got, e in zip(leaves, exact)])
     allowed_drift = 0.01 * HYPER["lr"] * steps
-    if drift > allowed_drift:
-        raise CheckFailed(f"{what}: after {steps} steps a weight is {drift:.3g} away from the same algorithm run "
-                          f"in float64 (allowed {allowed_drift:.3g}: a level or two of rounding): store the "
-                          "updated m and v back, into the chunk's own codes and the absmax of the chunk's own blocks")
+    # A state whose fp64 value lies within fp32's rounding of a midpoint between two levels may round to the other
+    # level in any right answer (the reference too, on some draws of the gradients): that weight then takes another
+    # path. Such flips are isolated; storing states into the wrong codes or blocks moves most weights.
+    off, isolated = int((diffs > allowed_drift).sum()), max(1, diffs.numel() // 1000)
+    if off > isolated:
+        raise CheckFailed(f"{what}: after {steps} steps {off:,} of {diffs.numel():,} weights are farther than "
+                          f"{allowed_drift:.3g} from the same algorithm run in float64, up to {diffs.max().item():.3g} "
+                          f"(allowed: {isolated:,}, the few whose state rounds to the other side of a level's midpoint): "
+                          "store the updated m and v back, into the chunk's own codes and the absmax of the chunk's "
+                          "own blocks")
 
 
 def _adam_memory(AdamW8bit, case: AdamMemoryCase) -> None:

@@ -24,7 +24,7 @@ import memfit
 import memfit.from_lessons.zero as _reference  # imported before the grading child's guards go up
 from autograder.checks import (Check, CheckFailed, LearnerCodeError, call_learner, check_cases, expect_value_error,
                                given_references)
-from autograder.checks.numerics import check_guards, dtype_name, guarded_empty
+from autograder.checks.numerics import check_guards, dtype_name, guarded_empty, seeded_generator
 
 TINY = "tiny"
 OPT_ARGS = dict(lr=1e-2, eps=1e-3, weight_decay=0.1)  # eps large enough that forgetting to divide by N shows
@@ -184,7 +184,7 @@ def _stage_hint(stage: int) -> str:
 
 
 def _seeded(numel: int, seed: int, scale: float = 1.0) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded_generator(seed)
     return (scale * torch.randn(numel, generator=gen)).to(memfit.DEVICE)
 
 
