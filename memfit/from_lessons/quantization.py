@@ -80,6 +80,16 @@ def round_half_away(v):
     return tl.where(v < 0, -r, r)
 
 
+@triton.jit
+def to_fp32(x):
+    """x (fp32, fp16 or bf16) in fp32, exactly, on every machine. A bf16 value is the upper half of an fp32 one, so
+    its bits are shifted, as a GPU does (Triton's interpreter converts bf16 subnormals wrongly: 2^-130 becomes 0)."""
+    if x.dtype == tl.bfloat16:
+        return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+    else:
+        return x.to(tl.float32)
+
+
 # llama.cpp's reference quantizers round every fp32 product and sum on its own. Triton on a GPU would fuse
 # x * id + 8.5 into one fma (a single rounding): the block kernels are compiled without that fusion.
 BLOCK_LAUNCH_OPTIONS = {"enable_fp_fusion": False}
@@ -113,10 +123,12 @@ def q8_0_quantize_kernel(x_ptr, data_ptr, scale_ptr, n, n_blocks, BLOCKS: tl.con
     """Quantize BLOCKS blocks of 32 values as llama.cpp does: int8 codes, one fp16 scale per block."""
     rows = tl.program_id(0) * BLOCKS + tl.arange(0, BLOCKS)
     offs = rows.to(tl.int64)[:, None] * 32 + tl.arange(0, 32)[None, :]
-    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    x = to_fp32(tl.load(x_ptr + offs, mask=offs < n, other=0.0))
     d = tl.math.div_rn(tl.max(tl.abs(x), axis=1), 127.0)  # the scale in fp32, correctly rounded ...
-    inverse = tl.where(d > 0, tl.math.div_rn(1.0, tl.where(d > 0, d, 1.0)), 0.0)
-    q = round_half_away(x * inverse[:, None])  # ... makes the codes (|x · id| <= 127: nothing to clamp) ...
+    inverse = tl.where(d > 0, tl.math.div_rn(1.0, tl.where(d > 0, d, 1.0)), 0.0)[:, None]
+    # ... makes the codes (|x · id| <= 127: nothing to clamp), 0 where 1 / d overflows (d <= 2^-128, x · id then
+    # ±inf or NaN: llama.cpp's conversion gives 0 on x86) ...
+    q = tl.where(inverse < float("inf"), round_half_away(x * inverse), 0.0)
     live = rows < n_blocks
     tl.store(data_ptr + offs, q.to(tl.int8), mask=live[:, None])
     tl.store(scale_ptr + rows, d.to(tl.float16), mask=live)  # ... and is stored in fp16
@@ -156,8 +168,8 @@ def q4_0_quantize_kernel(x_ptr, data_ptr, scale_ptr, n, n_blocks, BLOCKS: tl.con
     rows = tl.program_id(0) * BLOCKS + tl.arange(0, BLOCKS)
     half = tl.arange(0, 16)
     low_offs = rows.to(tl.int64)[:, None] * 32 + half[None, :]
-    low = tl.load(x_ptr + low_offs, mask=low_offs < n, other=0.0).to(tl.float32)
-    high = tl.load(x_ptr + low_offs + 16, mask=low_offs + 16 < n, other=0.0).to(tl.float32)
+    low = to_fp32(tl.load(x_ptr + low_offs, mask=low_offs < n, other=0.0))
+    high = to_fp32(tl.load(x_ptr + low_offs + 16, mask=low_offs + 16 < n, other=0.0))
     amax = tl.maximum(tl.max(tl.abs(low), axis=1), tl.max(tl.abs(high), axis=1))
     top = amax[:, None]
     # m: the first value of the block (j = 0 .. 31) whose magnitude is amax, with its sign
@@ -169,9 +181,11 @@ def q4_0_quantize_kernel(x_ptr, data_ptr, scale_ptr, n, n_blocks, BLOCKS: tl.con
     d = tl.math.div_rn(m, -8.0)
     inverse = tl.where(d != 0, tl.math.div_rn(1.0, tl.where(d != 0, d, 1.0)), 0.0)[:, None]
     # x · id rounded to fp32, then + 8.5 rounded to fp32 (launch_blocks forbids the fused fma); the sum is
-    # positive, so floor is C's truncation
-    q_low = tl.minimum(tl.floor(low * inverse + 8.5), 15.0).to(tl.uint8)
-    q_high = tl.minimum(tl.floor(high * inverse + 8.5), 15.0).to(tl.uint8)
+    # positive, so floor is C's truncation. Where 1 / d overflows (0 < |d| <= 2^-128) the sums are ±inf or NaN,
+    # which llama.cpp's conversion makes 0 on x86: codes 0
+    finite = tl.abs(inverse) < float("inf")
+    q_low = tl.where(finite, tl.minimum(tl.floor(low * inverse + 8.5), 15.0), 0.0).to(tl.uint8)
+    q_high = tl.where(finite, tl.minimum(tl.floor(high * inverse + 8.5), 15.0), 0.0).to(tl.uint8)
     live = rows < n_blocks
     tl.store(data_ptr + rows.to(tl.int64)[:, None] * 16 + half[None, :], q_low | (q_high << 4), mask=live[:, None])
     tl.store(scale_ptr + rows, d.to(tl.float16), mask=live)
