@@ -30,8 +30,9 @@ import sys
 import sysconfig
 import types
 
+from autograder.sandbox import unwrapped
 from course import ROOT
-from course.lessons import lessons, topic
+from course.lessons import this_and_later, topic
 
 REFERENCE_PACKAGE = "memfit.from_lessons"
 _REFERENCE_DIR = os.path.realpath(ROOT / "memfit" / "from_lessons") + os.sep
@@ -49,10 +50,7 @@ def message(lesson: str, what: str | None = None) -> str:
     return f"{what}: {said}" if what else said
 
 
-def forbidden(lesson: str) -> list[str]:
-    """The lessons whose references graded code of `lesson` may not use: itself and every later one."""
-    order = lessons()
-    return order[order.index(lesson):] if lesson in order else order
+forbidden = this_and_later  # the lessons whose references graded code of a lesson may not use
 
 
 # ------------------------------------------------------------------------------------------- the state of one child
@@ -162,13 +160,14 @@ def _arm(modules: dict[str, types.ModuleType]) -> None:
             if isinstance(value, type):
                 if value not in classes:
                     classes.append(value)
-            elif isinstance(_inner(value), types.FunctionType) and id(value) not in wires:  # not a Triton kernel
+            elif callable(value) and isinstance(_inner(value), types.FunctionType) and id(value) not in wires:
+                # (a Triton kernel unwraps to itself, not to a function: it is left alone)
                 wires[id(value)] = _tripwire(value, lesson, _inner(value).__qualname__)
     for cls in classes:
         lesson = _sealed[cls.__module__]
         for name, member in list(vars(cls).items()):
             method = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
-            if isinstance(_inner(method), types.FunctionType) and _defined_in_forbidden(method):
+            if callable(method) and isinstance(_inner(method), types.FunctionType) and _defined_in_forbidden(method):
                 wire = _tripwire(method, lesson, f"{cls.__qualname__}.{name}")
                 setattr(cls, name, type(member)(wire) if method is not member else wire)
     holders = [m for n, m in list(sys.modules.items()) if isinstance(m, types.ModuleType)
@@ -203,22 +202,9 @@ class handed_to_graded_code:
 # ------------------------------------------------------------------------------------------- what a function reaches
 
 def _inner(value):
-    """Unwrap what stands between a name and the code it runs: partials, bound methods, static and class methods,
-    decorators that keep `__wrapped__` (functools.wraps, lru_cache, torch.no_grad)."""
-    for _ in range(20):
-        if isinstance(value, functools.partial):
-            value = value.func
-        elif isinstance(value, (types.MethodType, staticmethod, classmethod)):
-            value = value.__func__
-        else:
-            try:
-                wrapped = inspect.getattr_static(value, "__wrapped__", None)
-            except Exception:  # noqa: BLE001
-                wrapped = None
-            if wrapped is None or wrapped is value:
-                return value
-            value = wrapped
-    return value
+    """What runs when `value` is called: partials, bound, static and class methods and decorators that keep
+    `__wrapped__` (functools.wraps, lru_cache, torch.no_grad) unwrapped."""
+    return unwrapped(value)[-1]
 
 
 def answer_used(*objects) -> str | None:

@@ -30,7 +30,7 @@ import types
 from dataclasses import dataclass
 
 from course import ROOT
-from course.lessons import topic
+from course.lessons import this_and_later, topic
 
 # ================================================================================ the parent's side
 
@@ -231,8 +231,7 @@ def blocked_paths(lesson: str, extra_blocked=()) -> list:
     """What graded code of `lesson` may not open: the grader, the solutions, the course's own tests (their right
     alternatives are answers), its history, and the references of this lesson and every later one (their sources
     and compiled caches)."""
-    from autograder.answers import forbidden
-    topics = [topic(later) for later in forbidden(lesson)]
+    topics = [topic(later) for later in this_and_later(lesson)]
     compiled = ROOT / "memfit" / "from_lessons" / "__pycache__"
     cached = [compiled / name for name in (os.listdir(compiled) if compiled.is_dir() else ())
               if name.split(".")[0] in topics]
@@ -379,7 +378,7 @@ def _library_attributes() -> dict[tuple[str, str], object]:
     return found
 
 
-def _layers(value) -> list:
+def unwrapped(value) -> list:
     """The value, then what it wraps, down to the innermost: a method's function, a partial's, a property's getter,
     and `__wrapped__` (functools.wraps), read without running the value's own code."""
     layers = [value]
@@ -452,14 +451,14 @@ def _belongs_to(library: str, value) -> bool:
 def _library_code(value, library: str) -> bool:
     """The library's own code: every function on the way down its wrappers compiled in the installed libraries, and
     the innermost one the library's own."""
-    layers = _layers(value)
+    layers = unwrapped(value)
     return all(_compiled_in_libraries(v) for v in layers if isinstance(v, types.FunctionType)) \
         and _belongs_to(library, layers[-1])
 
 
 def _grader_code(value) -> bool:
     return any(isinstance(v, types.FunctionType) and v.__code__.co_filename.startswith(_GRADER_CODE)
-               for v in _layers(value))
+               for v in unwrapped(value))
 
 
 @dataclass

@@ -17,6 +17,13 @@ def lessons() -> list[str]:
     return sorted(p.stem for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 
 
+def this_and_later(lesson: str) -> list[str]:
+    """The lesson and every lesson after it (every lesson, for a name that is none): whose answers graded code of
+    `lesson` may not use."""
+    order = lessons()
+    return order[order.index(lesson):] if lesson in order else order
+
+
 def topic(lesson: str) -> str:
     """'00_first_kernel' -> 'first_kernel': the name of its check, mutant and benchmark modules."""
     return lesson.split("_", 1)[1]

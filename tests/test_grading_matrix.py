@@ -19,7 +19,7 @@ from course import ROOT
 from course.lessons import lessons, topic
 from tests.test_grading import run_grader
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("grading_matrix")]
+pytestmark = pytest.mark.slow
 
 LESSONS = lessons()
 REFUSED = "reference is not available to graded code: write your own"
@@ -120,7 +120,8 @@ def cheaters(tmp_path_factory):
     return subs
 
 
-@pytest.mark.parametrize("configuration", CONFIGURATIONS)
+@pytest.mark.parametrize("configuration", [pytest.param(c, marks=pytest.mark.xdist_group(f"matrix_{i}"))
+                                           for i, c in enumerate(CONFIGURATIONS)])  # spread over the workers
 def test_every_reference_earns_every_point_under_every_configuration(configuration, submissions, tmp_path):
     if "Ray" in configuration:
         pytest.importorskip("ray", reason="Ray is an optional extra (requirements-ray.txt; make test installs it)")
@@ -143,6 +144,7 @@ def cheaters_graded(cheaters, tmp_path_factory):
     return read_book(out)
 
 
+@pytest.mark.xdist_group("matrix_cheaters")
 @pytest.mark.parametrize("lesson", LESSONS[1:])
 def test_the_answers_imported_or_wrapped_earn_nothing(lesson, cheaters_graded):
     for how in HOW:

@@ -28,7 +28,7 @@ import memfit.from_lessons.flash_attention as REFERENCE  # imported before the g
 from autograder.checks import (Check, CheckFailed, KernelSpec, NotImplementedYet, call_learner, check_cases,
                                expect_value_error, given_references)
 from autograder.checks.numerics import (assert_close_by_rule, call_pure, expect_like, expect_no_torch_arithmetic,
-                                        guarded_allocations, seeded_generator)
+                                        guarded_allocations, seeded_generator, summation_bound)
 from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
 from memfit.hardware import borrowed_configs
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
@@ -92,6 +92,20 @@ def _exact(q, k, v, causal):
     return torch.softmax(s, dim=-1) @ v.double(), torch.logsumexp(s, dim=-1)
 
 
+def _bounds(q, k, v, causal):
+    """(o's, lse's) per-element error bounds that every right order of attention's sums meets in fp32 accumulation
+    (numerics.summation_bound): o sums N products p·v and normalizes by N terms of p, each p off by the error of its
+    d-term logit (|Δs| <= γ_d Σ|q k| / √d, relative in p); lse = m + log l carries the logit's error and l's."""
+    q64, k64, v64 = (t.detach().double() for t in (q, k, v))
+    s = _scores(q64, k64, causal)
+    p = torch.softmax(s, dim=-1)
+    logit = _scores(q64.abs(), k64.abs(), False)  # Σ|q_i k_j| / √d (masked keys have p = 0)
+    terms = q.shape[-2] + q.shape[-1]
+    o_size = (p * (1 + logit)) @ v64.abs() + (p @ v64).abs()
+    lse_size = (p * logit).sum(-1) + 1
+    return summation_bound(o_size, terms, q.dtype), summation_bound(lse_size, terms, q.dtype)
+
+
 def _torch_same(q, k, v, causal):
     """(o, lse) as PyTorch computes them in q's dtype (lse cast to fp32, keeping its error)."""
     return (F.scaled_dot_product_attention(q, k, v, is_causal=causal),
@@ -104,11 +118,11 @@ def _expect_pair(got, what: str, names: str):
     return got
 
 
-def _check_lse(lse, q, exact_lse, same_lse, what: str) -> None:
+def _check_lse(lse, q, exact_lse, same_lse, what: str, bound=None) -> None:
     if not isinstance(lse, torch.Tensor) or lse.dtype != torch.float32 or tuple(lse.shape) != tuple(q.shape[:3]):
         raise CheckFailed(f"{what}: lse should be fp32 of shape {tuple(q.shape[:3])} (one value per query row), got "
                           f"{getattr(lse, 'dtype', type(lse).__name__)} of shape {tuple(getattr(lse, 'shape', ()))}")
-    assert_close_by_rule(lse, exact_lse, same_lse, what + ", lse (natural log: m + log l)")
+    assert_close_by_rule(lse, exact_lse, same_lse, what + ", lse (natural log: m + log l)", bound=bound)
 
 
 # ------------------------------------------------------------------------------------- attention cases
@@ -315,8 +329,9 @@ def check_attention_tiled(attention_tiled, cases: str = "visible") -> None:
         o, lse = _expect_pair(call_pure(attention_tiled, *args, what=what), what, "o, lse")
         exact_o, exact_lse = _exact(q, k, v, case.causal)
         same_o, same_lse = _torch_same(q, k, v, case.causal)
-        assert_close_by_rule(o, exact_o, same_o, what + ", o")
-        _check_lse(lse, q, exact_lse, same_lse, what)
+        o_bound, lse_bound = _bounds(q, k, v, case.causal)
+        assert_close_by_rule(o, exact_o, same_o, what + ", o", bound=o_bound)
+        _check_lse(lse, q, exact_lse, same_lse, what, lse_bound)
     for i, case in enumerate(_mem_plan(cases)):
         n = case.seq if memfit.HAS_GPU else 2 * case.seq  # a Python loop per tile: on a GPU, launches
         b, h, d, block = 1, 2, 32, (32, 32) if i % 2 == 0 else (16, 32)
@@ -376,8 +391,9 @@ def check_flash_forward(flash_attention_forward, cases: str = "visible") -> None
         o, lse = _expect_pair(got, what, "o, lse")
         exact_o, exact_lse = _exact(q, k, v, case.causal)
         same_o, same_lse = _torch_same(q, k, v, case.causal)
-        assert_close_by_rule(o, exact_o, same_o, what + ", o")
-        _check_lse(lse, q, exact_lse, same_lse, what)
+        o_bound, lse_bound = _bounds(q, k, v, case.causal)
+        assert_close_by_rule(o, exact_o, same_o, what + ", o", bound=o_bound)
+        _check_lse(lse, q, exact_lse, same_lse, what, lse_bound)
     for case in _plan(INVALID_CASES, cases):
         _expect_invalid(flash_attention_forward, case)
 
@@ -540,7 +556,8 @@ def _autograd_numerics(flash_attention, case: AutogradCase, seed: int) -> None:
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     out = call_learner(flash_attention, *leaves, case.causal, what=what)
     exact_o, _ = _exact(q, k, v, case.causal)
-    assert_close_by_rule(out, exact_o, F.scaled_dot_product_attention(q, k, v, is_causal=case.causal), what + ", o")
+    assert_close_by_rule(out, exact_o, F.scaled_dot_product_attention(q, k, v, is_causal=case.causal), what + ", o",
+                         bound=_bounds(q, k, v, case.causal)[0])
     call_learner(out.backward, do, what=what + ", backward")
     exact, same = _exact_and_same_grads(q, k, v, do, case.causal)
     for name, leaf, e, s in zip(("q.grad", "k.grad", "v.grad"), leaves, exact, same):
