@@ -31,11 +31,9 @@ import sysconfig
 import types
 
 from autograder.sandbox import unwrapped
-from course import ROOT
-from course.lessons import this_and_later, topic
+from course.lessons import reference_path, this_and_later, topic
 
 REFERENCE_PACKAGE = "memfit.from_lessons"
-_REFERENCE_DIR = os.path.realpath(ROOT / "memfit" / "from_lessons") + os.sep
 _LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib")})
 _HERE = os.path.realpath(__file__)
 
@@ -48,9 +46,6 @@ class AnswerUsed(BaseException):
 def message(lesson: str, what: str | None = None) -> str:
     said = f"lesson {lesson.split('_', 1)[0]}'s reference is not available to graded code: write your own"
     return f"{what}: {said}" if what else said
-
-
-forbidden = this_and_later  # the lessons whose references graded code of a lesson may not use
 
 
 # ------------------------------------------------------------------------------------------- the state of one child
@@ -88,10 +83,9 @@ class _Refuse(importlib.abc.MetaPathFinder):
 def seal(lesson: str) -> None:
     """Put the references of `lesson` and every later lesson out of reach (see the module's docstring). Call after
     the grader has imported everything it needs and before graded code runs."""
-    for later in forbidden(lesson):
-        name = f"{REFERENCE_PACKAGE}.{topic(later)}"
-        _sealed[name] = later
-        _files[os.path.realpath(ROOT / "memfit" / "from_lessons" / f"{topic(later)}.py")] = later
+    for later in this_and_later(lesson):  # the lessons whose answers graded code of `lesson` may not use
+        _sealed[f"{REFERENCE_PACKAGE}.{topic(later)}"] = later
+        _files[os.path.realpath(reference_path(later))] = later
     modules = {name: sys.modules.pop(name) for name in _sealed if name in sys.modules}
     package = sys.modules.get(REFERENCE_PACKAGE)
     for name in modules:

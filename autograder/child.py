@@ -66,7 +66,7 @@ def _cuda_broken(exc: BaseException | None) -> bool:
 
 def run_check(check, loaded, cases: str = "all") -> tuple[str, str]:
     """(status, message) of one check on a loaded notebook."""
-    from autograder.checks import CheckFailed, CheckSkipped, LearnerCodeError, NotImplementedYet
+    from autograder.checks import CheckFailed, CheckSkipped, LearnerCodeError
     missing = [name for name in check.uses if not callable(getattr(loaded.module, name, None))]
     if missing:
         broken = "; ".join(map(str, loaded.errors))
@@ -80,19 +80,20 @@ def run_check(check, loaded, cases: str = "all") -> tuple[str, str]:
         answers.forget()
     try:
         check.run(*functions, cases=cases)
+        status, message = "passed", "passed"
     except CheckSkipped as exc:
-        return "skipped", str(exc)
-    except (NotImplementedYet, CheckFailed) as exc:
-        if isinstance(exc, LearnerCodeError):  # a NameError may come from a cell that failed to run
-            broken = "; ".join(map(str, loaded.errors))
-            return "error", answers.used() or str(exc) + (f" (Cells that failed to run: {broken})" if broken else "")
-        return "failed", answers.used() or str(exc)
+        status, message = "skipped", str(exc)
+    except LearnerCodeError as exc:  # a NameError may come from a cell that failed to run
+        broken = "; ".join(map(str, loaded.errors))
+        status, message = "error", str(exc) + (f" (Cells that failed to run: {broken})" if broken else "")
+    except CheckFailed as exc:  # NotImplementedYet too
+        status, message = "failed", str(exc)
     except BaseException as exc:  # noqa: BLE001  (SystemExit, KeyboardInterrupt from learner code too)
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        return "error", answers.used() or f"the check stopped with {last}"
-    if answers.used():  # graded code called a reference it may not use, and caught what it raised
+        status, message = "error", f"the check stopped with {last}"
+    if answers.used():  # graded code called a reference it may not use (whether or not it caught what that raised)
         return "error", answers.used()
-    return "passed", "passed"
+    return status, message
 
 
 def visible_or_hidden(check, loaded, spent_s: float) -> str:

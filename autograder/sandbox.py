@@ -30,7 +30,7 @@ import types
 from dataclasses import dataclass
 
 from course import ROOT
-from course.lessons import this_and_later, topic
+from course.lessons import reference_path, this_and_later, topic
 
 # ================================================================================ the parent's side
 
@@ -231,12 +231,12 @@ def blocked_paths(lesson: str, extra_blocked=()) -> list:
     """What graded code of `lesson` may not open: the grader, the solutions, the course's own tests (their right
     alternatives are answers), its history, and the references of this lesson and every later one (their sources
     and compiled caches)."""
-    topics = [topic(later) for later in this_and_later(lesson)]
-    compiled = ROOT / "memfit" / "from_lessons" / "__pycache__"
+    sources = [reference_path(later) for later in this_and_later(lesson)]
+    compiled = sources[0].parent / "__pycache__"
     cached = [compiled / name for name in (os.listdir(compiled) if compiled.is_dir() else ())
-              if name.split(".")[0] in topics]
-    return [ROOT / "autograder", ROOT / "solutions", ROOT / "tests", ROOT / ".git",
-            *(ROOT / "memfit" / "from_lessons" / f"{t}.py" for t in topics), *cached, *extra_blocked]
+              if name.split(".")[0] in {s.stem for s in sources}]
+    return [ROOT / "autograder", ROOT / "solutions", ROOT / "tests", ROOT / ".git", *sources, *cached,
+            *extra_blocked]
 
 
 def install_guards(lesson: str, extra_blocked: list[str] = ()) -> None:

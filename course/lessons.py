@@ -33,6 +33,11 @@ def solution_path(lesson: str) -> Path:
     return ROOT / "solutions" / f"{lesson}.ipynb"
 
 
+def reference_path(lesson: str) -> Path:
+    """Where make lessons writes the lesson's reference code (its #@save cells): memfit/from_lessons/topic.py."""
+    return ROOT / "memfit" / "from_lessons" / f"{topic(lesson)}.py"
+
+
 def checks_module(lesson: str) -> str:
     return f"autograder.checks.{topic(lesson)}"
 

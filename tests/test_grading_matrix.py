@@ -16,7 +16,7 @@ import pytest
 
 from autograder.checks import checks_for
 from course import ROOT
-from course.lessons import lessons, topic
+from course.lessons import lessons, reference_path, topic
 from tests.test_grading import run_grader
 
 pytestmark = pytest.mark.slow
@@ -39,7 +39,8 @@ def read_book(out):
 
 
 def solution_cells(nb):
-    return [c for c in nb["cells"] if c["cell_type"] == "code" and (c["metadata"].get("nbgrader") or {}).get("solution")]
+    return [c for c in nb["cells"]
+            if c["cell_type"] == "code" and (c["metadata"].get("nbgrader") or {}).get("solution")]
 
 
 def defined_names(source: str) -> list[tuple[str, bool]]:
@@ -75,7 +76,7 @@ def cheating(lesson: str, how: str) -> dict:
     nb = json.loads((ROOT / "solutions" / f"{lesson}.ipynb").read_text())
     stub = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"])
             for c in solution_cells(json.loads((ROOT / "lessons" / f"{lesson}.ipynb").read_text()))}
-    saved = {name for name, _ in defined_names((ROOT / "memfit" / "from_lessons" / f"{topic(lesson)}.py").read_text())}
+    saved = {name for name, _ in defined_names(reference_path(lesson).read_text())}
     for cell in solution_cells(nb):
         names = [(n, is_class) for n, is_class in defined_names("".join(cell["source"])) if n in saved]
         if not names:
@@ -178,6 +179,6 @@ def test_the_cheating_notebooks_really_hold_the_answers(tmp_path):
 def test_an_earlier_lessons_reference_stays_usable():
     """Lesson 02 builds on lesson 01's count_params, imported from the course library: the seal of lesson 02 leaves
     it importable."""
-    from autograder import answers
-    assert answers.forbidden("02_activations") == LESSONS[LESSONS.index("02_activations"):]
-    assert "01_model_states" not in answers.forbidden("02_activations")
+    from course.lessons import this_and_later
+    assert this_and_later("02_activations") == LESSONS[LESSONS.index("02_activations"):]
+    assert "01_model_states" not in this_and_later("02_activations")
