@@ -11,7 +11,8 @@ function object is run in forked copies of this process (Linux, macOS), so a fun
 defined in a notebook cell reaches the ranks without being importable; its args may be any Python
 objects. Forking is for CPU ranks (gloo).
 
-Each rank is its own Python process, started with a fresh rendezvous port (never a fixed one). The
+Each rank is its own Python process, started with a fresh rendezvous port (never a fixed one; when another
+process binds it first, as parallel tests can, the world starts again on another). The
 function is called as fn(rank, world_size, **args) after init_process_group, and returns something
 JSON can write. The launcher owns the processes: when a rank exits with an error the others are
 killed at once, when the time limit passes all are killed, and either way DistributedFailure says
@@ -117,18 +118,26 @@ def run_ranks(target: str | Callable, world_size: int, *, backend: str = "gloo",
         if torch.cuda.device_count() < world_size:
             raise ValueError(f"nccl with {world_size} ranks needs {world_size} GPUs; "
                              f"this machine has {torch.cuda.device_count()}")
-    try:
-        return _launch(target, world_size, backend, args, timeout_s, env, preload)
-    except _NativeCrash:
-        pass  # once more, all ranks fresh: a second crash is the function's own
-    try:
-        return _launch(target, world_size, backend, args, timeout_s, env, preload)
-    except _NativeCrash as crash:
-        raise DistributedFailure(f"{crash} (It crashed the same way when run a second time.)") from None
+    crashed = False
+    for attempt in range(4):
+        try:
+            return _launch(target, world_size, backend, args, timeout_s, env, preload)
+        except _PortTaken:
+            if attempt == 3:
+                raise  # four ports in a row taken between free_port and the bind: the machine's ports are scarce
+        except _NativeCrash as crash:
+            if crashed:
+                raise DistributedFailure(f"{crash} (It crashed the same way when run a second time.)") from None
+            crashed = True  # once more, all ranks fresh: a second crash is the function's own
 
 
 class _NativeCrash(DistributedFailure):
     """A rank was killed by a signal before it had a result."""
+
+
+class _PortTaken(DistributedFailure):
+    """Another process bound the rendezvous port between free_port() and rank 0's bind (the rendezvous failed
+    before any of the function ran): the launch is repeated on a fresh port."""
 
 
 def _launch(target: str | Callable, world_size: int, backend: str, args: dict | None, timeout_s: float,
@@ -176,7 +185,8 @@ def _launch(target: str | Callable, world_size: int, backend: str, args: dict | 
                     _kill_all(procs)
                     report = "\n".join(f"--- rank {r} (exit status {codes[r]}):\n{_tail(tmpdir / f'rank{r}.err')}"
                                        for r in failed)
-                    kind = _NativeCrash if any(codes[r] < 0 for r in failed) else DistributedFailure
+                    kind = (_NativeCrash if any(codes[r] < 0 for r in failed) else
+                            _PortTaken if "EADDRINUSE" in report else DistributedFailure)
                     raise kind(f"{name}: rank(s) {failed} of {world_size} exited with an error; "
                                f"the others were stopped.\n{report}")
                 if all(c is not None for c in codes):

@@ -12,6 +12,12 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
     os.environ.update(MEMFIT_CPUS=_share, OMP_NUM_THREADS=_share)
 
+# MEMFIT_TEST_GPUS=N on a machine of N GPUs spreads the pytest-xdist workers over them (worker k takes GPU k mod N),
+# set before anything starts CUDA; unset, every worker shares the GPU that CUDA gives first.
+if os.environ.get("MEMFIT_TEST_GPUS") and os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+    _worker = int(os.environ["PYTEST_XDIST_WORKER"][2:])
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(_worker % int(os.environ["MEMFIT_TEST_GPUS"]))
+
 import memfit  # noqa: E402,F401  (decides TRITON_INTERPRET before any test imports triton; keeps to MEMFIT_CPUS)
 from autograder.checks import references  # noqa: E402
 
@@ -26,3 +32,15 @@ LONGEST_FIRST = ("test_notebooks.py", "test_grading_scale.py", "test_grading.py"
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)  # stable: the order within each part stays
+
+
+# MEMFIT_TEST_LOG=FILE writes each test's outcome and time as it ends, with a failure's message: a run stopped at a
+# time limit (a lent GPU machine's) still tells what failed and why, and how long each test took.
+def pytest_runtest_logreport(report):
+    path = os.environ.get("MEMFIT_TEST_LOG")
+    if not path or hasattr(report, "node") or not (report.when == "call" or report.failed):
+        return  # hasattr(report, "node"): an xdist worker's copy; the controller writes
+    with open(path, "a") as log:
+        log.write(f"{report.outcome} {report.duration:.1f}s {report.nodeid}\n")
+        if report.failed:
+            log.write(report.longreprtext[-3000:] + "\n\n")

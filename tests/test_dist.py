@@ -55,6 +55,22 @@ def test_all_reduce_on_two_gloo_ranks():
         {"rank": r, "value": 5 * r} for r in range(3)]
 
 
+def test_a_port_taken_before_the_rendezvous_starts_the_world_again_on_another(monkeypatch):
+    """free_port() closes its socket before rank 0 binds: another process (a parallel test) can take the port in
+    between. The launcher starts the world again on a fresh port; the function had not run."""
+    import socket
+    import memfit.dist
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    monkeypatch.setattr(memfit.dist, "free_port", lambda: next(ports, None) or free_port())
+    try:
+        assert run_ranks("memfit.dist:demo_all_reduce", 2) == [{"rank": 0, "sum": 3.0}, {"rank": 1, "sum": 3.0}]
+    finally:
+        taken.close()
+
+
 def test_a_crashing_rank_fails_fast_and_names_itself():
     start = time.monotonic()
     with pytest.raises(DistributedFailure, match=r"(?s)rank\(s\) \[.*1\] of 2 exited.*rank 1 fails on purpose"):

@@ -7,7 +7,8 @@ compares values keeps its points on the visible cases of many draws.
 
 How many draws each check gets in `make test` is fixed here (a count that followed the machine's speed would make
 the verdict depend on it): 100 where the visible cases run in PyTorch (a fraction of a second a draw), fewer where
-they run Triton's interpreter. `MEMFIT_DRAWS=all` (make test-draws) gives every check that draws random values 100.
+they run Triton's interpreter. `MEMFIT_DRAWS=all` (make test-draws) gives every check that draws random values 100,
+`MEMFIT_DRAWS=N` gives every one N (a quick look at a slow check).
 """
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ DRAWS = {  # check -> draws in make test (1 to 2 s of visible cases a draw at mo
 }
 
 
+WANTED = os.environ.get("MEMFIT_DRAWS", "")
+SPREAD = WANTED == "all" or WANTED.isdigit()
+PARTS = 10 if SPREAD else 1  # make test-draws: each entry's draws in 10 parts, spread over every worker and GPU
+
+
+def draws_of(check) -> int:
+    return ALL if WANTED == "all" else int(WANTED) if WANTED.isdigit() else DRAWS.get(check.name, 0)
+
+
 def right_entries():
     for lesson in LESSONS:
         for check in checks_for(lesson):
@@ -37,8 +47,10 @@ def right_entries():
             found += [("blind", e, blind_module(lesson)) for c, verdict, e in entries(lesson)
                       if c.name == check.name and verdict == "right"]
             for kind, entry, module in found:
-                yield pytest.param(lesson, check, entry, module, id=f"{lesson}/{check.name}/{kind}/{label(entry)}",
-                                   marks=pytest.mark.xdist_group(f"draws_{lesson}"))
+                for part in range(PARTS):
+                    name = f"{lesson}/{check.name}/{kind}/{label(entry)}" + (f"/part{part}" if SPREAD else "")
+                    marks = () if SPREAD else pytest.mark.xdist_group(f"draws_{lesson}")
+                    yield pytest.param(lesson, check, entry, module, part, id=name, marks=marks)
 
 
 def test_every_counted_check_exists():
@@ -46,11 +58,14 @@ def test_every_counted_check_exists():
     assert set(DRAWS) <= names, set(DRAWS) - names
 
 
-@pytest.mark.parametrize("lesson, check, entry, module", list(right_entries()))
-def test_a_right_entry_keeps_its_points_on_every_draw(lesson, check, entry, module, monkeypatch):
-    draws = ALL if os.environ.get("MEMFIT_DRAWS") == "all" else DRAWS.get(check.name, 0)
+@pytest.mark.parametrize("lesson, check, entry, module, part", list(right_entries()))
+def test_a_right_entry_keeps_its_points_on_every_draw(lesson, check, entry, module, part, monkeypatch):
+    draws = draws_of(check)
     if not draws:
         pytest.skip("more than 2 s of visible cases a draw on a CPU: make test-draws draws it (MEMFIT_DRAWS=all)")
+    numbers = [n for n in range(1, draws + 1) if n % PARTS == part]
+    if not numbers:
+        pytest.skip(f"draws {draws} < parts {PARTS}: nothing for part {part}")
     monkeypatch.setenv("MEMFIT_GRADING", "1")
     functions = functions_of(lesson, check, entry, module)
     before = seeds_drawn()
@@ -58,8 +73,10 @@ def test_a_right_entry_keeps_its_points_on_every_draw(lesson, check, entry, modu
         check.run(*functions, cases="visible")
     except CheckSkipped as exc:
         pytest.skip(str(exc))
-    assert seeds_drawn() > before, f"{check.name}'s cases draw no random values: a draw count here proves nothing"
-    for number in range(1, draws + 1):
+    if seeds_drawn() == before:
+        assert check.name not in DRAWS, f"{check.name}'s cases draw no random values: a draw count here proves nothing"
+        pytest.skip(f"{check.name}'s cases draw no random values: every draw is draw 0")
+    for number in numbers:
         with another_draw(number):
             try:
                 check.run(*functions, cases="visible")

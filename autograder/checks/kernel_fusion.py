@@ -580,12 +580,21 @@ def check_fused_gpt(use_fused_kernels, cases: str = "visible") -> dict:
             raise CheckFailed(f"course-{name}: block 0 keeps {kept:,} bytes of activations for backward with your "
                               f"fused modules, the fused kernels need {needed:,}: RMSNorm keeps x and rstd, SwiGLU "
                               "keeps gate_up (silu(gate) is recomputed in backward, not saved)")
+        # AdamW divides by the gradients' running size, so rounding grows over the steps at a rate that depends on
+        # the draw: the curve may part from eager's by 0.1%, or (on a draw where that is too tight) by 3x as much as
+        # the reference fused kernels' curve parts from it on the same draw (another right rounding).
         steps = 12
+        start = copy.deepcopy(eager)
         a, b = _train(eager, cfg, steps, 0), _train(fused, cfg, steps, 0)
-        worst = max(range(steps), key=lambda i: abs(a[i] - b[i]))
-        if abs(a[worst] - b[worst]) > 1e-3 * abs(a[worst]):
+        allowed = [1e-3 * abs(x) for x in a]
+        if any(abs(x - y) > tol for x, y, tol in zip(a, b, allowed)):
+            r = _train(reference.use_fused_kernels(start), cfg, steps, 0)
+            allowed = [max(tol, 3 * abs(x - z)) for x, z, tol in zip(a, r, allowed)]
+        worst = max(range(steps), key=lambda i: abs(a[i] - b[i]) / allowed[i])
+        if abs(a[worst] - b[worst]) > allowed[worst]:
             raise CheckFailed(f"course-{name}: the loss curves part at step {worst}: eager {a[worst]:.5f}, fused "
-                              f"{b[worst]:.5f} (allowed 0.1%)")
+                              f"{b[worst]:.5f}, allowed {allowed[worst]:.5f} (0.1%, or 3x as far as the reference "
+                              "fused kernels' curve)")
         curves[f"course-{name}"] = {"eager": a, "fused": b}
     return curves
 

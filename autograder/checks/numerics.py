@@ -47,6 +47,11 @@ def seeds_drawn() -> int:
     return _seeds_drawn
 
 
+def current_draw() -> int:
+    """The draw in force: a value cached from the cases' random inputs belongs to one draw (key it by this)."""
+    return _draw
+
+
 @contextlib.contextmanager
 def another_draw(number: int):
     """While active, every case draws its random values with draw `number`'s seeds."""
