@@ -79,7 +79,8 @@ slides: $(ENV_DEP) $(SLIDES_DEP)
 	$(RUN) -m slides $(DECKS)
 
 # Every right entry of every check that draws random values keeps its points on 100 draws (hours on a CPU: make test
-# draws the fast checks 100 times and a few others 10, tests/test_draws.py).
+# draws the fast checks 100 times and a few others 10, tests/test_draws.py). On a machine of N GPUs, give each
+# worker one in turn: make test-draws MEMFIT_TEST_GPUS=N (and pytest-xdist's -n through PYTEST_ADDOPTS).
 test-draws: $(ENV_DEP)
 	MEMFIT_DRAWS=all $(RUN) -m pytest tests/test_draws.py -q -ra $(XDIST)
 

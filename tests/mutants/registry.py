@@ -32,9 +32,9 @@ What the tests prove, exactly:
 - Every wrong entry but one is proven on all of the check's cases: 07 adamw8bit_convergence's is proven on the
   visible cases, the first 60 of the grader's 200 training steps, where it fails the same way (the reason is in
   tests/test_registry_entries.py's CASES_INSTEAD_OF_ALL).
-- Most right entries are proven on all of the check's cases. Three are proven on the visible cases only
-  (Right(..., cases="visible")), to keep `make test` short: 03 ZeroForeachAdamW for zero_adamw and zero_memory
-  (all its cases, 11-29 s and 7-12 s on a 2-core CPU, passed when the registry was written and again in issue 26)
+- Most right entries are proven on all of the check's cases. Two are proven on the visible cases only
+  (Right(..., cases="visible")), to keep `make test` short: 03 ZeroForeachAdamW for zero_memory
+  (all its cases, 7-12 s on a 2-core CPU, passed when the registry was written and again in issue 26)
   and 02 peak_every_block for predict_peak (all its cases, passed in issue 26: 12 s, mostly the reference steps
   its hidden cases measure).
 - 03 ZeroGatherIgnoresOut (zero_adamw) used to depend on the allocator (a resized storage can come back holding
@@ -190,7 +190,10 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
                                  Wrong("ZeroStage1AllReduces", "stage 1, .*: a step sent .* through collectives"),
                                  Wrong("ZeroGatherIgnoresOut", "stage 3"),
                                  Wrong("ZeroAcceptsAnyStage", "raise ValueError")],
-                       "right": [Right("ZeroForeachAdamW", cases="visible")]},
+                       # Not ZeroForeachAdamW: the text asks for AdamW(foreach=False) and bitwise fp32 parameters;
+                       # torch's multi-tensor AdamW gives the same bits on a CPU but not on an H100 (1 ulp on 10 of
+                       # 100 draws). The blind set's right entries stand for this check.
+                       "right": []},
         "zero_memory": {"wrong": [Wrong("ZeroStage2KeepsFullGradient", "more than the stage allows survive"),
                                   Wrong("ZeroForgetsMasterInBuffers", "master copy")],
                         "right": [Right("ZeroForeachAdamW", cases="visible")]},

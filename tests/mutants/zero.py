@@ -70,7 +70,7 @@ class ZeroAcceptsAnyStage(ref.ZeroAdamW):
         super().__init__(params, comm, min(stage, 3), **kwargs)
 
 
-class ZeroForeachAdamW(ref.ZeroAdamW):  # right: the multi-tensor AdamW (may differ in the last bits)
+class ZeroForeachAdamW(ref.ZeroAdamW):  # right for zero_memory: the multi-tensor AdamW (its last bits may differ)
     def __init__(self, params, comm, stage, **kwargs):
         super().__init__(params, comm, stage, **kwargs)
         group = self.optimizer.param_groups[0]
