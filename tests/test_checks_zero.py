@@ -70,8 +70,6 @@ def test_stubs_are_reported_not_implemented():
 
 
 def test_simulated_ranks_that_disagree_fail_within_the_limit():
-    import time
-
     import torch
 
     from memfit.zero import SimulationFailed, simulate
@@ -81,10 +79,8 @@ def test_simulated_ranks_that_disagree_fail_within_the_limit():
             comm.all_reduce(torch.ones(4))
         return comm.rank
 
-    start = time.monotonic()
-    with pytest.raises(SimulationFailed, match="never joined"):
+    with pytest.raises(SimulationFailed, match="never joined"):  # the time limit's message: it stopped the hang
         simulate(2, only_rank_0_reduces, timeout_s=2)
-    assert time.monotonic() - start < 10
 
     def rank_1_raises(comm):
         if comm.rank == 1:

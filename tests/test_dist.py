@@ -72,10 +72,10 @@ def test_a_port_taken_before_the_rendezvous_starts_the_world_again_on_another(mo
 
 
 def test_a_crashing_rank_fails_fast_and_names_itself():
-    start = time.monotonic()
+    # "exited", not "still running after 600 s": the crash is seen when it happens, not at the time limit (a check
+    # of the path taken, not of the machine's speed)
     with pytest.raises(DistributedFailure, match=r"(?s)rank\(s\) \[.*1\] of 2 exited.*rank 1 fails on purpose"):
-        run_ranks("tests.dist_targets:crash_on_rank_1", 2, timeout_s=60)
-    assert time.monotonic() - start < 45
+        run_ranks("tests.dist_targets:crash_on_rank_1", 2, timeout_s=600)
     assert not rank_processes()
 
 
