@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+# Imported with this module, before the grading child's file guard goes up: a lazy import here, when a check first
+# asks for a value, would read the grader's file while graded code runs (and be refused).
+from autograder.checks.numerics import current_draw
 from course.lessons import topic
 
 _VALUES: dict[str, Any] = {}
@@ -30,7 +33,6 @@ _recording = False
 def reference(key: str, compute: Callable[[], Any]) -> Any:
     """The value for `key`: loaded, or computed now (and kept when recording). A copy, so a check may change it.
     Another draw of the cases' random values (tests/test_draws.py) keys its values apart from the grader's."""
-    from autograder.checks.numerics import current_draw
     if current_draw():
         key = f"{key} (draw {current_draw()})"
     if key in _VALUES:
