@@ -1,4 +1,4 @@
-"""How the grader isolates the code it grades. README's "What is isolated, and what is not" is the summary an
+"""How the grader isolates the code it grades. INSTRUCTORS.md's "What is isolated, and what is not" is the summary an
 instructor reads; this module is the mechanism.
 
 The parent's side (autograder.runner), enforced by the OS: `preexec` (a new session, RLIMIT_CPU / RLIMIT_AS /

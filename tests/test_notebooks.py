@@ -99,10 +99,29 @@ def test_solution_runs_top_to_bottom(lesson):
 
 
 def test_the_readme_has_one_row_per_lesson_in_order():
-    """The README's lesson table follows solutions/: a row per lesson, numbered, linking its solution notebook and the
-    learner's release in Colab (a lesson added without its row, or a row left after a lesson went, fails here)."""
+    """The README's lesson table follows solutions/: a row per lesson, numbered, opening the learner's release
+    (lessons/, locally and in Colab: never the reference answers one click away), with the lesson's points as its
+    CHECKS give them. A lesson added without its row, or a row left after a lesson went, fails here."""
     import re
-    rows = re.findall(r"^\| (\d\d) \| \[[^\]]+\]\(solutions/([^)]+)\.ipynb\) \(\[open in Colab\]\([^)]*/lessons/([^)]+)\.ipynb\)\)",
-                      (ROOT / "README.md").read_text(), flags=re.M)
-    assert rows == [(name[:2], name, name) for name in lessons()], \
-        f"README's lesson table rows {rows} should be one per solutions/ notebook: {lessons()}"
+    from autograder.checks import checks_for
+    readme = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| (\d\d) \| \[[^\]]+\]\[l(\d\d)\] \(\[Colab\]\[c(\d\d)\]\) \|[^|]+\| (\d+) \|", readme, flags=re.M)
+    assert [row[:3] for row in rows] == [(name[:2],) * 3 for name in lessons()], \
+        f"README's lesson table numbers {[row[0] for row in rows]} should be one per solutions/ notebook: {lessons()}"
+    links = dict(re.findall(r"^\[([lc]\d\d)\]: (\S+)$", readme, flags=re.M))
+    for name in lessons():
+        assert links.get(f"l{name[:2]}") == f"lessons/{name}.ipynb", f"README's link l{name[:2]} should open lessons/{name}.ipynb"
+        assert (links.get(f"c{name[:2]}") or "").endswith(f"/blob/main/lessons/{name}.ipynb"), \
+            f"README's Colab link c{name[:2]} should open lessons/{name}.ipynb"
+    points = {number: int(total) for number, _, _, total in rows}
+    for name in lessons():
+        total = sum(check.points for check in checks_for(name))
+        assert points[name[:2]] == total, f"README gives lesson {name} {points[name[:2]]} points; its CHECKS give {total}"
+    assert "solutions/" not in readme.split("## For instructors")[0], \
+        "the README's learner part links the reference answers (solutions/): link lessons/"
+
+
+def test_readme_lines_fit_a_screen():
+    """No README line over 200 characters (long lines hide what a learner reads first)."""
+    long = [(n, len(line)) for n, line in enumerate((ROOT / "README.md").read_text().splitlines(), 1) if len(line) > 200]
+    assert not long, f"README lines over 200 characters (line, length): {long}"
