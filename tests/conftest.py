@@ -2,6 +2,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -30,7 +32,31 @@ references.keep_computed()
 LONGEST_FIRST = ("test_notebooks.py", "test_grading_scale.py", "test_grading.py", "test_slides.py")
 
 
+# Two tiers. `make test` (a quarter of an hour on a 2-core machine) proves what every change can break: each
+# reference passes every case of its check, every wrong entry (registered and blind) loses its points with its
+# message, grading end to end, the seal, the layers, the lessons generated. `make test-all` (CI) adds the tier
+# marked `full` here: the grading matrix's configurations, every right entry keeping its points (registered, blind,
+# and over many draws), the notebooks top to bottom, a class graded at scale. Plain `pytest tests` runs both.
+FULL_TIER = {  # test file: the tests of it (by name, and a substring of the node id where only some cases are)
+    "test_grading_matrix.py": [("test_every_reference_earns_every_point_under_every_configuration", "")],
+    "test_blind_mutants.py": [("test_blind_entry", "-right-")],
+    "test_registry_entries.py": [("test_registry_entry", "/right/")],
+    "test_draws.py": [("test_a_right_entry_keeps_its_points_on_every_draw", "")],
+    "test_notebooks.py": [("test_solution_runs_top_to_bottom", "")],
+    "test_grading_scale.py": [("", "")],
+}
+
+
+def in_full_tier(item) -> bool:
+    return any(item.name.startswith(name) and part in item.nodeid
+               for name, part in FULL_TIER.get(item.path.name, ()))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's -m selection reads the markers
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if in_full_tier(item):
+            item.add_marker(pytest.mark.full)
     items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)  # stable: the order within each part stays
 
 
