@@ -18,10 +18,19 @@ FlashAttention and lesson 06's fused linear cross-entropy; the library never imp
 "full" checkpoints every block (only its input is kept); "selective" keeps the outputs of the
 matmuls and of attention and recomputes the cheap elementwise ops between them (norms, RoPE,
 SiLU and the gating product), the policy torchtitan calls op-level selective checkpointing.
+
+Three options let the same code build other published decoders (all off by default, so the course's own configs
+build exactly the model above): `qkv_bias` (Qwen2's biases on the q, k and v projections), `head_dim_override`
+(Gemma's 256-wide heads, which are not d_model / n_heads) and `post_norms` (Gemma-2's RMSNorm on each block's
+attention and MLP outputs, before the residual add: four norms per layer). `GPTConfig.from_hf_config` reads a
+Hugging Face config.json into a GPTConfig; memfit/hf_configs/ ships five published ones (`HF_CONFIG_DIR`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +38,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+HF_CONFIG_DIR = Path(__file__).resolve().parent / "hf_configs"  # published config.json files, one per model
 
 
 @dataclass(frozen=True)
@@ -44,19 +54,177 @@ class GPTConfig:
     norm_eps: float = 1e-5
     rope_theta: float = 500_000.0
     name: str = field(default="", compare=False)
+    # Options for other published decoders; their defaults build the course GPT unchanged (and leave repr alone).
+    qkv_bias: bool = False  # a bias on the q, k and v projections (Qwen2); wo and the MLP never have one
+    head_dim_override: int | None = None  # None: d_model // n_heads; Gemma's heads are 256 wide whatever d_model
+    post_norms: bool = False  # Gemma-2: an RMSNorm on the attention's and the MLP's output, before each residual add
 
     def __post_init__(self):
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not a multiple of n_heads={self.n_heads}")
+        if self.head_dim_override is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(f"d_model={self.d_model} is not a multiple of n_heads={self.n_heads}")
+        elif (isinstance(self.head_dim_override, bool) or not isinstance(self.head_dim_override, int)
+              or self.head_dim_override < 2 or self.head_dim_override % 2):
+            raise ValueError(f"head_dim_override must be None or an even int >= 2 (RoPE rotates pairs), "
+                             f"not {self.head_dim_override!r}")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
 
+    def __repr__(self) -> str:
+        # The dataclass's repr, less the options left at their defaults: a course config reads (and keys the
+        # grader's reference values, autograder.checks.references) as it did before the options existed.
+        shown = [f for f in fields(self) if f.name not in _OPTIONS or getattr(self, f.name) != f.default]
+        return f"GPTConfig({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
+
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_model // self.n_heads if self.head_dim_override is None else self.head_dim_override
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the queries (and of attention's output, wo's input): n_heads * head_dim, d_model unless
+        head_dim_override says otherwise."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the keys, and of the values: n_kv_heads * head_dim."""
+        return self.n_kv_heads * self.head_dim
 
     def scaled(self, **changes) -> "GPTConfig":
         return replace(self, **changes)
+
+    @classmethod
+    def from_hf_config(cls, path_or_dict: str | Path | dict, name: str | None = None) -> "GPTConfig":
+        """The course's GPTConfig for a Hugging Face decoder's config.json: a path to the file, to a folder holding
+        it, or its dict already loaded. Reads the file only (no network, no transformers).
+
+        Reads: model_type (llama, mistral, qwen2, gemma, gemma2), hidden_size, intermediate_size,
+        num_hidden_layers, num_attention_heads, vocab_size (required); num_key_value_heads (default
+        num_attention_heads), head_dim (default hidden_size / num_attention_heads, 256 for gemma and gemma2),
+        tie_word_embeddings, rms_norm_eps, rope_theta (or rope_parameters' rope_theta, where transformers 5
+        writes it), max_position_embeddings (defaults: the transformers class's own for the model_type, e.g. gemma2
+        ties its embeddings unless told otherwise); attention_bias and mlp_bias (refused when true: the course GPT
+        has no bias on wo or the MLP); architectures (refused unless every entry is a ...ForCausalLM: another head
+        has other parameters). Qwen2's q/k/v biases and Gemma-2's four norms per
+        layer come with the model_type (transformers hard-codes them; no field says so).
+
+        Ignores, as the memory of training does not depend on them (the parameters are the same): torch_dtype (the
+        plan chooses the precision), hidden_act (GELU and SiLU gates have the same shapes), rope_scaling, sliding
+        windows (sliding_window, use_sliding_window, max_window_layers, cache_implementation), Gemma-2's
+        attn_logit_softcapping, final_logit_softcapping and query_pre_attn_scalar, Gemma's embedding scale and
+        (1 + weight) norms, dropout, initializer_range, token ids, use_cache, transformers_version. Note that
+        soft-capping and sliding windows change what a real attention kernel or loss computes, not the parameters.
+
+        Raises ValueError naming the file (or "config dict") and the problem: not JSON, not a JSON object, a
+        required field missing or not a positive int, sizes GPTConfig refuses (heads that the key/value heads do
+        not divide), a mixture of experts (num_local_experts, num_experts, n_routed_experts, ...) or a model_type
+        it cannot represent, with the field and the model_type; FileNotFoundError for a path with no file.
+        `name` (default: the file's name, its folder's for config.json, or _name_or_path) names the config.
+        """
+        if isinstance(path_or_dict, dict):
+            where, data = "config dict", path_or_dict
+            default_name = data.get("_name_or_path") or data.get("model_type") or ""
+        elif isinstance(path_or_dict, (str, Path)):
+            path = Path(path_or_dict)
+            if path.is_dir():
+                path = path / "config.json"
+            where = str(path)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                raise FileNotFoundError(f"{where}: no such file (a Hugging Face config.json, or its folder)") from None
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not a JSON file (not UTF-8 text: {e})") from None
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not a JSON file ({e})") from None
+            default_name = path.parent.name if path.name == "config.json" else path.stem
+        else:
+            raise TypeError(f"from_hf_config takes a path to a config.json or a dict, "
+                            f"not {type(path_or_dict).__name__}")
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: a config.json holds a JSON object of fields, not a {type(data).__name__}")
+        values = _hf_fields(data, where)
+        try:
+            return cls(**values, name=default_name if name is None else name)
+        except ValueError as e:  # e.g. heads that the key/value heads do not divide
+            raise ValueError(f"{where}: {e} (model_type {data['model_type']!r})") from None
+
+
+_OPTIONS = ("qkv_bias", "head_dim_override", "post_norms")
+
+# What each model_type's transformers class assumes for a field its config.json leaves out, and what it hard-codes.
+_HF_MODEL_TYPES: dict[str, dict[str, Any]] = {
+    "llama": dict(tie_word_embeddings=False, rms_norm_eps=1e-6, rope_theta=10_000.0, max_position_embeddings=2048),
+    "mistral": dict(tie_word_embeddings=False, rms_norm_eps=1e-6, rope_theta=10_000.0,
+                    max_position_embeddings=4096 * 32),
+    "qwen2": dict(tie_word_embeddings=False, rms_norm_eps=1e-6, rope_theta=10_000.0, max_position_embeddings=32_768,
+                  qkv_bias=True),
+    "gemma": dict(tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=10_000.0, max_position_embeddings=8192,
+                  head_dim=256),
+    "gemma2": dict(tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=10_000.0, max_position_embeddings=8192,
+                   head_dim=256, post_norms=True),
+}
+# Fields that make a config a mixture of experts (Mixtral, Qwen-MoE, OLMoE, DeepSeek, ...).
+_HF_EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+                     "moe_intermediate_size", "n_shared_experts")
+
+
+def _hf_fields(data: dict, where: str) -> dict:
+    """GPTConfig's fields from a config.json's (see GPTConfig.from_hf_config)."""
+    model_type = data.get("model_type")
+    for key in _HF_EXPERT_FIELDS:
+        if data.get(key):
+            raise ValueError(f"{where}: {key}={data[key]!r} makes model_type {model_type!r} a mixture of experts, "
+                             f"which the course GPT (one dense MLP per block) cannot represent")
+    if model_type is None:
+        raise ValueError(f"{where}: the field model_type is missing (one of {sorted(_HF_MODEL_TYPES)})")
+    if not isinstance(model_type, str) or model_type not in _HF_MODEL_TYPES:
+        raise ValueError(f"{where}: model_type {model_type!r} is not one the course GPT represents "
+                         f"({', '.join(sorted(_HF_MODEL_TYPES))}: Llama-style decoders)")
+    known = _HF_MODEL_TYPES[model_type]
+    architectures = data.get("architectures") or []
+    if not isinstance(architectures, list) or any(not str(a).endswith("ForCausalLM") for a in architectures):
+        raise ValueError(f"{where}: architectures={architectures!r} (model_type {model_type!r}): the course GPT is "
+                         f"a causal language model with an output head over the vocabulary (...ForCausalLM)")
+    for key in ("attention_bias", "mlp_bias"):
+        if data.get(key):
+            raise ValueError(f"{where}: {key}=true (model_type {model_type!r}): the course GPT has no bias on "
+                             f"{'the attention projections' if key == 'attention_bias' else 'the MLP'}")
+
+    def count(key: str, default: Any = None) -> int:
+        if key not in data or data[key] is None:
+            if default is None:
+                raise ValueError(f"{where}: the field {key} is missing (model_type {model_type!r})")
+            return default
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: the field {key} must be a positive int, not {value!r}")
+        return value
+
+    def number(key: str) -> float:
+        value = data.get(key)
+        if key == "rope_theta" and value is None and isinstance(data.get("rope_parameters"), dict):
+            value = data["rope_parameters"].get("rope_theta")  # where transformers 5 writes it
+        value = known[key] if value is None else value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{where}: the field {key} must be a positive number, not {value!r}")
+        return float(value)
+
+    hidden, heads = count("hidden_size"), count("num_attention_heads")
+    head_dim = count("head_dim", known.get("head_dim", hidden // heads))
+    tie = data.get("tie_word_embeddings", known["tie_word_embeddings"])
+    if not isinstance(tie, bool):
+        raise ValueError(f"{where}: the field tie_word_embeddings must be true or false, not {tie!r}")
+    return dict(vocab_size=count("vocab_size"), d_model=hidden, n_layers=count("num_hidden_layers"), n_heads=heads,
+                n_kv_heads=count("num_key_value_heads", heads), ffn_hidden=count("intermediate_size"),
+                tie_embeddings=tie, max_seq_len=count("max_position_embeddings", known["max_position_embeddings"]),
+                norm_eps=number("rms_norm_eps"), rope_theta=number("rope_theta"),
+                qkv_bias=known.get("qkv_bias", False),
+                head_dim_override=None if head_dim * heads == hidden else head_dim,
+                post_norms=known.get("post_norms", False))
 
 
 # Published configurations (Hugging Face config.json of each model).
@@ -128,14 +296,13 @@ class Attention(nn.Module):
     def __init__(self, cfg: GPTConfig, attention=causal_sdpa):
         super().__init__()
         self.cfg, self.attention = cfg, attention
-        kv = cfg.n_kv_heads * cfg.head_dim
-        self.wqkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * kv, bias=False)
-        self.wo = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.wqkv = nn.Linear(cfg.d_model, cfg.q_dim + 2 * cfg.kv_dim, bias=cfg.qkv_bias)
+        self.wo = nn.Linear(cfg.q_dim, cfg.d_model, bias=False)
 
     def forward(self, x, cos, sin):
         cfg, (b, s, _) = self.cfg, x.shape
-        kv = cfg.n_kv_heads * cfg.head_dim
-        q, k, v = self.wqkv(x).split([cfg.d_model, kv, kv], dim=-1)
+        kv = cfg.kv_dim
+        q, k, v = self.wqkv(x).split([cfg.q_dim, kv, kv], dim=-1)
         q = apply_rope(q.view(b, s, cfg.n_heads, cfg.head_dim), cos, sin)
         k = apply_rope(k.view(b, s, cfg.n_kv_heads, cfg.head_dim), cos, sin)
         v = v.view(b, s, cfg.n_kv_heads, cfg.head_dim)
@@ -143,7 +310,7 @@ class Attention(nn.Module):
             k = k.repeat_interleave(cfg.n_heads // cfg.n_kv_heads, dim=2)
             v = v.repeat_interleave(cfg.n_heads // cfg.n_kv_heads, dim=2)
         y = self.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-        return self.wo(y.transpose(1, 2).reshape(b, s, cfg.d_model))
+        return self.wo(y.transpose(1, 2).reshape(b, s, cfg.q_dim))
 
 
 class SwiGLU(nn.Module):
@@ -164,8 +331,15 @@ class Block(nn.Module):
         self.attn = Attention(cfg, attention)
         self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = SwiGLU(cfg)
+        self.post_norms = cfg.post_norms
+        if cfg.post_norms:  # Gemma-2's sandwich: each sublayer's output normalized before the residual add
+            self.attn_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+            self.mlp_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
 
     def forward(self, x, cos, sin):
+        if self.post_norms:
+            x = x + self.attn_out_norm(self.attn(self.norm1(x), cos, sin))
+            return x + self.mlp_out_norm(self.mlp(self.norm2(x)))
         x = x + self.attn(self.norm1(x), cos, sin)
         return x + self.mlp(self.norm2(x))
 
@@ -175,7 +349,8 @@ def _selective_policy():
     recompute the rest."""
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
     aten = torch.ops.aten
-    keep = {aten.mm.default, aten._scaled_dot_product_flash_attention.default,
+    keep = {aten.mm.default, aten.addmm.default,  # addmm: a projection with a bias (qkv_bias)
+            aten._scaled_dot_product_flash_attention.default,
             aten._scaled_dot_product_efficient_attention.default,
             aten._scaled_dot_product_cudnn_attention.default,
             aten._scaled_dot_product_flash_attention_for_cpu.default}
@@ -204,6 +379,8 @@ class GPT(nn.Module):
     def _init(module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:  # qkv_bias: zeros, as transformers starts them
+            nn.init.zeros_(module.bias)
 
     @property
     def recompute(self) -> str:
@@ -246,3 +423,10 @@ def unique_parameters(model: nn.Module) -> list[nn.Parameter]:
 def n_params(model: nn.Module) -> int:
     """Parameters of a model, each shared tensor counted once."""
     return sum(p.numel() for p in unique_parameters(model))
+
+
+def n_params_of_config(cfg: GPTConfig) -> int:
+    """Parameters of the course GPT `cfg` describes, counted on a model built on the meta device: shapes and no
+    storage, so a 70B count costs no memory."""
+    with torch.device("meta"):
+        return n_params(GPT(cfg))
