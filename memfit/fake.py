@@ -13,6 +13,11 @@ brings its own kernels from running there; `FakeTensors` handles both:
 * a value read back on the host (`.item()`, `int(t)`, `bool(t)`) has no data to come from: inside, such a read
   returns 1 (the fused loss reads the number of counted tokens and its upstream gradient that way). A prediction
   therefore holds only for programs whose allocations do not depend on tensors' values, as a training step's do.
+
+A real tensor among fake ones, a parameter of a model built before the mode was entered, stops FakeTensorMode with
+an assertion that suggests `allow_non_fake_inputs`, which would keep the real model (for an 8B model, tens of GB
+allocated). Inside FakeTensors it raises `RealTensorInFakeMode` instead, naming the operation and the tensor, and
+the fix: build the model (the trainer) inside `with FakeTensors():`.
 """
 from __future__ import annotations
 
@@ -58,9 +63,43 @@ def _install_guard() -> None:
 _install_guard()
 
 
+class RealTensorInFakeMode(RuntimeError):
+    """An operation inside FakeTensors was given a real tensor, or a fake one of another fake mode."""
+
+
+_REAL_INPUT = ("Please convert all Tensors to FakeTensors first",
+               "Can't call metadata mutating ops on non-Fake Tensor inputs")
+
+
+def _describe(t: torch.Tensor) -> str:
+    kind = "a Parameter" if isinstance(t, torch.nn.Parameter) else "a tensor"
+    return f"{kind} of shape {tuple(t.shape)}, {str(t.dtype).removeprefix('torch.')}"
+
+
+def _foreign_input_message(func, args, kwargs, mode, pytorch_says: str) -> str:
+    """The course's words for PyTorch's assertion on a tensor that is not this mode's fake: what happened and the fix
+    (PyTorch's own suggestion, allow_non_fake_inputs, keeps a real model: for an 8B model, tens of GB allocated)."""
+    from torch.utils._pytree import tree_leaves
+    tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    if pytorch_says.startswith("Mixing fake modes"):
+        other = next((t for t in tensors if isinstance(t, FakeTensor) and t.fake_mode is not mode), None)
+        what = f" ({_describe(other)})" if other is not None else ""
+        return (f"{func} was given a fake tensor of another fake mode{what}: a tensor made inside one `with "
+                "FakeTensors():` cannot meet those of a second one. Build the trainer and measure its step under the "
+                "same one: `with FakeTensors(): trainer = make_trainer()`, then measure inside that block")
+    real = next((t for t in tensors if not isinstance(t, FakeTensor)), None)
+    what = f" ({_describe(real)})" if real is not None else ""
+    return (f"{func} was given a real tensor{what} among fake ones: inside `with FakeTensors():` every tensor must "
+            "be made inside the mode, and a model or trainer built before entering it keeps real parameters, "
+            "allocated for real (16 GB and more for an 8B model: PyTorch's suggestion, allow_non_fake_inputs, would "
+            "keep them). Build the trainer inside: `with FakeTensors(): trainer = make_trainer()`, and measure its "
+            "step in the same block")
+
+
 class FakeTensors(FakeTensorMode):
-    """`with FakeTensors():` FakeTensorMode, in which the course's Triton kernels launch nothing on fake tensors and a
-    value read on the host reads 1 (see the module's text)."""
+    """`with FakeTensors():` FakeTensorMode, in which the course's Triton kernels launch nothing on fake tensors, a
+    value read on the host reads 1, and a real tensor among fake ones raises RealTensorInFakeMode (see the module's
+    text)."""
 
     def __enter__(self):
         global _active
@@ -81,3 +120,9 @@ class FakeTensors(FakeTensorMode):
                 raise
             dtype = args[0].dtype
             return True if dtype == torch.bool else 1.0 if dtype.is_floating_point else 1
+        except AssertionError as exc:  # PyTorch's words for a real tensor (or another mode's) among fake ones
+            said = str(exc)
+            if not (said.startswith(_REAL_INPUT) or said.startswith("Mixing fake modes")):
+                raise
+            message = _foreign_input_message(func, args, kwargs or {}, self, said)
+        raise RealTensorInFakeMode(message)

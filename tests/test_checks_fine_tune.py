@@ -116,3 +116,46 @@ def test_the_course_kernels_give_the_model_pytorchs_loss_and_gradients():
     assert torch.allclose(losses[0], losses[1], rtol=1e-5)
     for (name, p), q in zip(plain.named_parameters(), ours.parameters()):
         assert torch.allclose(p.grad, q.grad, rtol=1e-3, atol=1e-6 * p.grad.abs().max().item()), name
+
+
+def _quantize_nf4_on_a_view(w):
+    """Right, written the natural way: w's blocks as a view (strided for a transposed w), bucketize on them as is."""
+    if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.dtype not in ref.BASE_DTYPES or w.shape[1] % 64:
+        raise ValueError("w must be 2-D fp32/fp16/bf16 with a multiple of 64 columns")
+    d_out, d_in = w.shape
+    blocks = w.float().reshape(d_out, d_in // 64, 64)
+    absmax = blocks.abs().amax(dim=-1)
+    scaled = blocks / torch.where(absmax > 0, absmax, 1.0)[..., None]
+    code = ref.nf4_code().to(w.device)
+    index = torch.bucketize(scaled, (code[1:] + code[:-1]) / 2).to(torch.uint8).reshape(d_out, d_in)
+    return ref.NF4((index[:, 0::2] << 4) | index[:, 1::2], absmax, tuple(w.shape), w.dtype)
+
+
+def test_the_nf4_check_prints_no_warning_for_bucketize_on_its_strided_weight():
+    """The check's transposed w makes torch.bucketize copy a strided input, and PyTorch warns (once per process):
+    the check keeps that out of the learner's output. torch.set_warn_always makes the warning fire every time, so
+    that an earlier test cannot have used it up."""
+    import warnings
+    transposed = next(c for c in checks.NF4_CASES if c.layout == "transposed" and not c.hidden
+                      and c.dtype == torch.float32)
+    torch.set_warn_always(True)
+    try:
+        with warnings.catch_warnings(record=True) as outside:
+            warnings.simplefilter("always")
+            _quantize_nf4_on_a_view(transposed.make())
+        assert any("non-contiguous" in str(w.message) for w in outside)  # the path does warn
+        with warnings.catch_warnings(record=True) as shown:
+            warnings.simplefilter("always")
+            checks.check_nf4(_quantize_nf4_on_a_view, ref.dequantize_nf4)
+        assert not [str(w.message) for w in shown]
+    finally:
+        torch.set_warn_always(False)
+
+
+def test_the_visible_fake_cases_hold_a_model_over_the_real_bytes_limit_and_the_kernels():
+    """The visible cases stay short (a few layers of the large models), and still reject, in the notebook, a call that
+    allocates the model for real (the guard's limit) and one under PyTorch's own FakeTensorMode (the kernels)."""
+    from memfit.from_lessons.model_states import count_params
+    visible = [c for c in checks.FAKE_CASES if not c.hidden]
+    assert any(c.kernels for c in visible)
+    assert any(c.formula and 2 * count_params(c.formula[0]) > 4 * checks.REAL_BYTES_LIMIT for c in visible)

@@ -26,7 +26,7 @@ ALL = 100
 DRAWS = {  # check -> draws in make test (1 to 2 s of visible cases a draw at most, on one core here)
     "scaled_add_numerics": ALL, "pow4_numerics": ALL, "online_softmax": ALL, "cross_entropy_with_grad": ALL,
     "blockwise": ALL, "nf4": ALL, "lora_function": ALL,
-    "adamw8bit_step": 10, "flash_forward": 10,
+    "adamw8bit_step": 10, "flash_forward": 10, "flash_delta": 10,
 }
 
 

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from memfit.fake import FakeTensors, is_fake
+from memfit.fake import FakeTensors, RealTensorInFakeMode, is_fake
 
 
 @triton.jit
@@ -55,3 +55,30 @@ def test_a_host_read_of_a_fake_value_is_one_and_a_known_constant_keeps_its_value
         assert torch.ones(3).sum().item() == 1.0
         assert bool(torch.zeros(2).any()) is True
         assert torch.tensor(2.5).item() == 2.5  # made from a real value: FakeTensorMode knows it
+
+
+def test_a_model_built_before_the_mode_gets_the_courses_message_not_pytorchs_assertion():
+    """PyTorch's assertion suggests allow_non_fake_inputs, which keeps the real model (an 8B one: 16 GB and more):
+    inside FakeTensors the error names the operation and the real tensor, and says to build the model inside."""
+    from memfit.gpt import COURSE_CONFIGS
+    from memfit.meter import LIVE_TENSORS
+    from memfit.training import Trainer, measure_step
+    trainer = Trainer(COURSE_CONFIGS["tiny"], "fp32", "adamw", "none", "cpu")
+    with pytest.raises(RealTensorInFakeMode, match=r"aten\.embedding\.default was given a real tensor \(a Parameter of "
+                       r"shape \(2048, 128\), float32\) among fake ones.*Build the trainer inside: `with "
+                       r"FakeTensors\(\): trainer = make_trainer\(\)`") as raised:
+        with FakeTensors():
+            measure_step(trainer, 2, 16, meter=LIVE_TENSORS)
+    assert "Please convert" not in str(raised.value) and raised.value.__cause__ is None
+    linear = torch.nn.Linear(8, 4)
+    with pytest.raises(RealTensorInFakeMode, match=r"a real tensor \(a Parameter of shape \(4, 8\), float32\)"):
+        with FakeTensors():
+            linear(torch.zeros(2, 8))
+    with FakeTensors() as first:
+        made_in_first = torch.nn.Linear(8, 4)
+    with pytest.raises(RealTensorInFakeMode, match=r"a fake tensor of another fake mode.*under the same one"):
+        with FakeTensors():
+            made_in_first(torch.zeros(2, 8))
+    del first
+    with FakeTensors():  # built inside: no error
+        assert is_fake(torch.nn.Linear(8, 4)(torch.zeros(2, 8)))

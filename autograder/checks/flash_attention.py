@@ -1,14 +1,16 @@
 """Checks of lesson 05 (solutions/05_flash_attention.ipynb): the online softmax over a stream of blocks, tiled
-attention in PyTorch, the Triton forward and backward, and the memory of forward + backward through autograd.
+attention in PyTorch, the Triton forward, the Triton backward in the exercise's three steps (delta alone, then dv,
+then dk and dq with the backward's memory), and the memory of forward + backward through autograd.
 
-Numerics follow FlashAttention's rule (autograder/checks/numerics.py): for o, the logsumexp, dq, dk and dv,
+Numerics follow FlashAttention's rule (autograder/checks/numerics.py): for o, the logsumexp, delta, dq, dk and dv,
 the learner's max error against float64 may be at most 2x the error of PyTorch's attention computed in the
 same dtype, plus a floor. Every tensor the learner allocates sits between guard regions filled with NaN, so an
 element a kernel never writes, or a store past the end, shows up. Sequence lengths are not multiples of the
 tiles; inputs come contiguous and in a transformer's transposed layout ((B, N, H, d) viewed as (B, H, N, d));
 every dtype of this machine's profile, visible cases included. Memory budgets come from the shapes: O(N·d),
 never N², on every call path (each dtype, causal or not), and nothing may stay allocated after a call beyond
-what the exercise keeps.
+what the exercise keeps. A message that names an element names it by its index in each dimension
+(numerics.element); a NaN in a PyTorch exercise's result is explained in that exercise's terms (it has no grid).
 
 Each check iterates over case records (ATTN_CASES, SOFTMAX_CASES, MEM_CASES, ...); AXES lists what the
 exercises' text lets vary and case_axes reads the same records.
@@ -27,8 +29,9 @@ import memfit
 import memfit.from_lessons.flash_attention as REFERENCE  # imported before the grading child's guards go up
 from autograder.checks import (Check, CheckFailed, KernelSpec, NotImplementedYet, call_learner, check_cases,
                                expect_value_error, given_references)
-from autograder.checks.numerics import (assert_close_by_rule, call_pure, expect_like, expect_no_torch_arithmetic,
-                                        guarded_allocations, seeded_generator, summation_bound)
+from autograder.checks.numerics import (assert_close_by_rule, call_pure, element, expect_like,
+                                        expect_no_torch_arithmetic, guarded_allocations, seeded_generator,
+                                        summation_bound)
 from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
 from memfit.hardware import borrowed_configs
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
@@ -118,18 +121,47 @@ def _expect_pair(got, what: str, names: str):
     return got
 
 
-def _check_lse(lse, q, exact_lse, same_lse, what: str, bound=None) -> None:
+# Why an element of a PyTorch exercise's result is NaN (numerics' own message speaks of a kernel's mask and grid)
+NAN_IN_SOFTMAX = ("computed as NaN: exp(-inf - -inf) for a row whose blocks so far were all -inf (subtract 0 while "
+                  "m is still -inf), or an exp that overflowed (subtract the running maximum)")
+NAN_IN_TILED = ("computed as NaN: 0 / 0 for a query that saw no key (with the causal mask query i sees keys 0..i, "
+                "itself included), exp(-inf - -inf) for a row whose key blocks so far were all masked, or an exp that "
+                "overflowed (subtract the running maximum); or never written (every query block stores its rows "
+                "of o and lse)")
+
+
+def _expect_no_nan(got: torch.Tensor, exact: torch.Tensor, what: str, why: str) -> None:
+    """CheckFailed naming the first NaN of `got` (where `exact` has none) by its index in each dimension, and why."""
+    nan = torch.isnan(got.detach()) & ~torch.isnan(exact.detach().to(got.device))
+    if nan.any():
+        first = int(nan.flatten().nonzero()[0])
+        raise CheckFailed(f"{what}: {int(nan.sum()):,} of {got.numel():,} output elements are NaN, first at "
+                          f"{element(got, first)}: {why}")
+
+
+def _close_in_pytorch(got, exact, same, what: str, why: str, **rule) -> None:
+    """assert_close_by_rule for a PyTorch exercise: its NaN explained by `why`."""
+    expect_like(got, same, what)
+    _expect_no_nan(got, exact, what, why)
+    assert_close_by_rule(got, exact, same, what, **rule)
+
+
+def _check_lse(lse, q, exact_lse, same_lse, what: str, bound=None, nan_why: str | None = None) -> None:
     if not isinstance(lse, torch.Tensor) or lse.dtype != torch.float32 or tuple(lse.shape) != tuple(q.shape[:3]):
         raise CheckFailed(f"{what}: lse should be fp32 of shape {tuple(q.shape[:3])} (one value per query row), got "
                           f"{getattr(lse, 'dtype', type(lse).__name__)} of shape {tuple(getattr(lse, 'shape', ()))}")
-    assert_close_by_rule(lse, exact_lse, same_lse, what + ", lse (natural log: m + log l)", bound=bound)
+    what = what + ", lse (natural log: m + log l)"
+    if nan_why:
+        _expect_no_nan(lse, exact_lse, what, nan_why)
+    assert_close_by_rule(lse, exact_lse, same_lse, what, bound=bound)
 
 
 # ------------------------------------------------------------------------------------- attention cases
 
 @dataclass(frozen=True)
 class AttnCase:
-    """One attention problem, run by attention_tiled, flash_forward and flash_backward alike."""
+    """One attention problem, run by attention_tiled, flash_forward, flash_delta (its o and dO), flash_backward_dv
+    and flash_backward alike."""
     b: int
     h: int
     n: int
@@ -142,7 +174,7 @@ class AttnCase:
     do_aligned: bool = False  # backward: dO = 2·O + noise (the loss |O|²): Δ is large and dP - Δ cancels
     hidden: bool = False
     gpu: bool = False  # long sequences, graded only where a GPU runs them
-    # flash_forward and flash_backward: the kernels take the interpreter's tiles (BLOCK_M != BLOCK_N in each) from
+    # flash_forward and the backward's: the kernels take the interpreter's tiles (BLOCK_M != BLOCK_N in each) from
     # flash_config on every machine; an H100's own dK/dV and dQ tiles are square, where BLOCK_M for BLOCK_N passes
     small_tiles: bool = False
 
@@ -165,22 +197,26 @@ class AttnCase:
 
     def axes(self, check: str) -> dict:
         n, d = self.n, self.d
-        axes = {"dtype": _name(self.dtype), "causal": self.causal, "layout": self.layout,
+        axes = {"dtype": _name(self.dtype), "layout": self.layout,
                 "N": "1" if n == 1 else ("a multiple of 32" if n % 32 == 0 else "not a multiple of 16"
                                          if n % 16 else "other"),
                 "head_dim": ("128" if d == 128 else "a power of two <= 64" if d & (d - 1) == 0
                              else "not a power of two (BLOCK_D > d)"),
-                "batch x heads": "1" if self.b * self.h == 1 else "several",
-                "logits": "large" if self.q_scale > 1 else "moderate"}
+                "batch x heads": "1" if self.b * self.h == 1 else "several"}
+        if check in BACKWARD_CHECKS:
+            axes["dO"] = "aligned with o (large delta)" if self.do_aligned else "random"
+        if check == "flash_delta":  # o and dO only: no mask, no logits, no attention tiles
+            return axes
+        axes.update({"causal": self.causal, "logits": "large" if self.q_scale > 1 else "moderate"})
         if check == "attention_tiled":
             axes["tiles"] = ("defaults" if self.tiles is None else "block_m > block_n" if self.tiles[0] > self.tiles[1]
                              else "block_m < block_n" if self.tiles[0] < self.tiles[1] else "block_m = block_n")
-        if check in ("flash_forward", "flash_backward"):
+        if check in ("flash_forward", *BACKWARD_CHECKS):
             axes["kernel tiles"] = "the interpreter's (BLOCK_M != BLOCK_N)" if self.small_tiles else "this machine's"
-        if check == "flash_backward":
-            axes["logits"] = "large" if self.q_scale > 1 else "moderate"
-            axes["dO"] = "aligned with o (large delta)" if self.do_aligned else "random"
         return axes
+
+
+BACKWARD_CHECKS = ("flash_delta", "flash_backward_dv", "flash_backward")  # exercise 4's three steps
 
 
 ATTN_CASES = [
@@ -278,12 +314,12 @@ def check_online_softmax(online_softmax_stats, cases: str = "visible") -> None:
         expect_like(m, exact_m.float(), what + ", m")
         if not torch.equal(m.double(), exact_m):
             bad = int((m.double() != exact_m).nonzero()[0])
-            raise CheckFailed(f"{what}: m should be each row's maximum; row {bad}: expected {exact_m[bad].item():g}, "
-                              f"got {m[bad].item():g}")
+            raise CheckFailed(f"{what}: m should be each row's maximum; at {element(m, bad)} (row {bad}): expected "
+                              f"{exact_m[bad].item():g}, got {m[bad].item():g}")
         exact_l = torch.exp(x.double() - exact_m[:, None]).sum(dim=1)
         xf = x.float()
         same_l = torch.exp(xf - xf.amax(dim=1, keepdim=True)).sum(dim=1)
-        assert_close_by_rule(l, exact_l, same_l, what + ", l (the sum of exp(x - m))")
+        _close_in_pytorch(l, exact_l, same_l, what + ", l (the sum of exp(x - m))", NAN_IN_SOFTMAX)
 
 
 # ---------------------------------------------------------------------------------- tiled attention
@@ -330,8 +366,8 @@ def check_attention_tiled(attention_tiled, cases: str = "visible") -> None:
         exact_o, exact_lse = _exact(q, k, v, case.causal)
         same_o, same_lse = _torch_same(q, k, v, case.causal)
         o_bound, lse_bound = _bounds(q, k, v, case.causal)
-        assert_close_by_rule(o, exact_o, same_o, what + ", o", bound=o_bound)
-        _check_lse(lse, q, exact_lse, same_lse, what, lse_bound)
+        _close_in_pytorch(o, exact_o, same_o, what + ", o", NAN_IN_TILED, bound=o_bound)
+        _check_lse(lse, q, exact_lse, same_lse, what, lse_bound, nan_why=NAN_IN_TILED)
     for i, case in enumerate(_mem_plan(cases)):
         n = case.seq if memfit.HAS_GPU else 2 * case.seq  # a Python loop per tile: on a GPU, launches
         b, h, d, block = 1, 2, 32, (32, 32) if i % 2 == 0 else (16, 32)
@@ -452,24 +488,130 @@ def _upstream(case: AttnCase, exact_o: torch.Tensor, seed: int) -> torch.Tensor:
     return _in_layout(do, case.layout)
 
 
-def check_flash_backward(flash_attention_backward, cases: str = "visible") -> None:
+def _backward_inputs(case: AttnCase, seed: int):
+    """(q_scale, (q, k, v), do, o, lse) of a backward case: o and lse exact, rounded as forward would return them.
+    Backward exponentiates S - lse <= 0 whatever the logits: no overflow to provoke. Logits near 100 only make fp32
+    gradients ill-conditioned (PyTorch's own error is then noise), so peaked but moderate ones."""
+    q_scale = min(case.q_scale, 4.0)
+    q, k, v = _inputs(case, 10 * seed, q_scale)
+    exact_o, exact_lse = _exact(q, k, v, case.causal)
+    do = _upstream(case, exact_o, 10 * seed + 7)
+    return q_scale, (q, k, v), do, _in_layout(exact_o.to(case.dtype), case.layout), exact_lse.float()
+
+
+def _close(got, exact, same, what: str, **rule) -> str | None:
+    """assert_close_by_rule's message, or None when `got` meets the rule."""
+    try:
+        assert_close_by_rule(got, exact, same, what, **rule)
+    except CheckFailed as exc:
+        return str(exc)
+    return None
+
+
+# ----------------------------------------------------------------------------- step 1: delta alone
+
+def _delta_what(case: AttnCase) -> str:
+    return (f"flash_delta(o, do of shape (B={case.b}, H={case.h}, N={case.n}, d={case.d}), {_name(case.dtype)}"
+            f"{', (B, N, H, d) viewed as (B, H, N, d)' if case.layout == 'transposed' else ''}"
+            f"{', do = 2·o + noise' if case.do_aligned else ''})")
+
+
+def _check_delta_value(delta, o, do, what: str) -> None:
+    shape = tuple(o.shape[:3])
+    if not isinstance(delta, torch.Tensor) or delta.dtype != torch.float32 or tuple(delta.shape) != shape:
+        raise CheckFailed(f"{what}: delta should be fp32 of shape {shape} (one value per query row), got "
+                          f"{getattr(delta, 'dtype', type(delta).__name__)} of shape "
+                          f"{tuple(getattr(delta, 'shape', ()))}")
+    o64, do64 = o.double(), do.double()
+    exact = (o64 * do64).sum(-1)
+    same = (o.float() * do.float()).sum(-1)
+    bound = summation_bound((o64.abs() * do64.abs()).sum(-1), o.shape[-1], torch.float32)
+    what = what + ", delta"
+    _expect_no_nan(delta, exact, what, "never written (launch programs for every row of each head, cdiv(N, BLOCK_M) "
+                                       "of them, and mask the rows past N) or computed as NaN")
+    failed = _close(delta, exact, same, what, bound=bound)
+    if failed:
+        raise CheckFailed(f"{failed}; delta[b, h, i] = Σ over c of do[b, h, i, c] · o[b, h, i, c], each product and "
+                          "the sum in fp32")
+
+
+def check_flash_delta(flash_delta, cases: str = "visible") -> None:
+    """Step 1 of exercise 4: delta = rowsum(dO ⊙ O) in fp32, one value per query row, from a kernel."""
     for seed, case in enumerate(_attn_plan(cases)):
-        # Backward exponentiates S - lse <= 0 whatever the logits: no overflow to provoke. Logits near 100 only
-        # make fp32 gradients ill-conditioned (PyTorch's own error is then noise), so peaked but moderate ones.
-        q_scale = min(case.q_scale, 4.0)
-        q, k, v = _inputs(case, 10 * seed, q_scale)
-        exact_o, exact_lse = _exact(q, k, v, case.causal)
-        do = _upstream(case, exact_o, 10 * seed + 7)
-        o, lse = _in_layout(exact_o.to(case.dtype), case.layout), exact_lse.float()
-        what = f"flash_attention_backward{case.describe(q_scale)}" + (
-            ", dO = 2·o + noise" if case.do_aligned else "")
-        with guarded_allocations(), case.tiles_in_force():
-            got = call_pure(flash_attention_backward, do, q, k, v, o, lse, case.causal, what=what)
-        if not (isinstance(got, tuple) and len(got) == 3):
-            raise CheckFailed(f"{what} should return (dq, dk, dv), got {type(got).__name__}")
-        exact, same = _exact_and_same_grads(q, k, v, do, case.causal)
-        for name, mine, e, s in zip(("dq", "dk", "dv"), got, exact, same):
-            assert_close_by_rule(mine, e, s, f"{what}, {name}", floor_ulps=_gradient_floor_ulps(case.dtype, case.n))
+        _, _, do, o, _ = _backward_inputs(case, seed)
+        what = _delta_what(case)
+        with guarded_allocations(what):
+            delta = call_pure(flash_delta, o, do, what=what)
+        _check_delta_value(delta, o, do, what)
+    for i, case in enumerate(_mem_plan(cases)):
+        (b, h, d), n = _MEM_BHD, case.seq
+        o, do = _randn((b, h, n, d), case.dtype, 71 + i), _randn((b, h, n, d), case.dtype, 72 + i)
+        what = f"flash_delta(o, do of shape (B={b}, H={h}, N={n}, d={d}), {_name(case.dtype)})"
+        delta, report = measure_peak(lambda: call_learner(flash_delta, o, do, what=what), device=memfit.DEVICE)
+        budget = math.ceil(1.05 * b * h * n * 4)
+        if report.peak_bytes > budget:
+            raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds delta, one fp32 "
+                              f"per row ({format_bytes(budget)} with 5%): the product do * o alone would be "
+                              f"{format_bytes(b * h * n * d * 4)} in fp32; multiply and sum in the kernel, a tile "
+                              "at a time")
+        _check_kept(report, 0, what, "delta")
+        _check_delta_value(delta, o, do, what)
+        del delta
+        if report.ops is None or report.meter != LIVE_TENSORS:
+            _, report = measure_peak(lambda: call_learner(flash_delta, o, do, what=what), device=memfit.DEVICE,
+                                     meter=LIVE_TENSORS, warmup=False)
+        expect_no_torch_arithmetic(report.ops, what, "delta belongs in your flash_delta_kernel")
+
+
+# -------------------------------------------------------------- steps 2 and 3: dv, then dk and dq
+
+def _given_delta(flash_attention_backward):
+    """The course's flash_delta in place of the learner's while their backward runs: a mistake in step 1 costs
+    step 1's point only (a backward that computes delta without calling flash_delta is left as it is)."""
+    return given_references(flash_attention_backward, flash_delta=REFERENCE.flash_delta)
+
+
+def _backward_grads(flash_attention_backward, case: AttnCase, seed: int):
+    """(what, (dq, dk, dv) as returned, exact grads, PyTorch's grads in the same dtype, the gradients' floor)."""
+    q_scale, (q, k, v), do, o, lse = _backward_inputs(case, seed)
+    what = f"flash_attention_backward{case.describe(q_scale)}" + (", dO = 2·o + noise" if case.do_aligned else "")
+    with guarded_allocations(), case.tiles_in_force(), _given_delta(flash_attention_backward):
+        got = call_pure(flash_attention_backward, do, q, k, v, o, lse, case.causal, what=what)
+    if not (isinstance(got, tuple) and len(got) == 3):
+        raise CheckFailed(f"{what} should return (dq, dk, dv), got {type(got).__name__}")
+    exact, same = _exact_and_same_grads(q, k, v, do, case.causal)
+    return what, got, exact, same, dict(floor_ulps=_gradient_floor_ulps(case.dtype, case.n))
+
+
+DV_HINT = ("dv = Pᵀ dO needs neither delta nor dq: look at flash_dkdv_kernel and _dkdv_from (P = exp(S·scale - lse) "
+           "recomputed, its masks, the query blocks each key block visits), at the store of dv and at the kernel's "
+           "launch")
+
+
+def check_flash_backward_dv(flash_attention_backward, cases: str = "visible") -> None:
+    """Step 2 of exercise 4: dv alone (dv = Pᵀ dO: the dK/dV kernel's P, masks and loops, without delta)."""
+    for seed, case in enumerate(_attn_plan(cases)):
+        what, (_, _, dv), exact, same, rule = _backward_grads(flash_attention_backward, case, seed)
+        failed = _close(dv, exact[2], same[2], f"{what}, dv", **rule)
+        if failed:
+            raise CheckFailed(f"{failed}; {DV_HINT}")
+
+
+def check_flash_backward(flash_attention_backward, cases: str = "visible") -> None:
+    """Step 3 of exercise 4: dk, then dq (dv is step 2's), and the memory of the whole backward."""
+    for seed, case in enumerate(_attn_plan(cases)):
+        what, (dq, dk, dv), exact, same, rule = _backward_grads(flash_attention_backward, case, seed)
+        failed = _close(dk, exact[1], same[1], f"{what}, dk", **rule)
+        if failed:
+            if _close(dv, exact[2], same[2], f"{what}, dv", **rule) is None:
+                raise CheckFailed(f"{failed}; dv is right here, so P and its masks are: look at dS = P ⊙ (dP - "
+                                  "delta) with dP = dO Vᵀ in _dkdv_from, and at dk's final multiplication by scale")
+            raise CheckFailed(f"{failed}; dv is wrong here too: fix what the flash_backward_dv check reports first")
+        failed = _close(dq, exact[0], same[0], f"{what}, dq", **rule)
+        if failed:
+            raise CheckFailed(f"{failed}; dk is right here, so delta and dS are: look at flash_dq_kernel and _dq_from "
+                              "(the key blocks each query block visits, their masks, dq's multiplication by scale) "
+                              "and at dq's launch")
     for i, case in enumerate(_mem_plan(cases)):
         (b, h, d), n = _MEM_BHD, case.seq
         q, k, v = _qkv(b, h, n, d, case.dtype, 31 + i)
@@ -479,9 +621,10 @@ def check_flash_backward(flash_attention_backward, cases: str = "visible") -> No
         del exact_o, exact_lse
         what = (f"flash_attention_backward(B={b}, H={h}, N={n}, d={d}, {'causal' if case.causal else 'not causal'}, "
                 f"{_name(case.dtype)})")
-        grads, report = measure_peak(
-            lambda: call_learner(flash_attention_backward, do, q, k, v, o, lse, case.causal, what=what),
-            device=memfit.DEVICE)
+        with _given_delta(flash_attention_backward):
+            grads, report = measure_peak(
+                lambda: call_learner(flash_attention_backward, do, q, k, v, o, lse, case.causal, what=what),
+                device=memfit.DEVICE)
         budget = math.ceil(1.05 * (3 * q.numel() * q.element_size() + b * h * n * 4))
         if report.peak_bytes > budget:
             raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds dq, dk, dv "
@@ -491,9 +634,10 @@ def check_flash_backward(flash_attention_backward, cases: str = "visible") -> No
         _check_kept(report, 0, what, "dq, dk and dv")
         del grads
         if report.ops is None or report.meter != LIVE_TENSORS:
-            _, report = measure_peak(
-                lambda: call_learner(flash_attention_backward, do, q, k, v, o, lse, case.causal, what=what),
-                device=memfit.DEVICE, meter=LIVE_TENSORS, warmup=False)
+            with _given_delta(flash_attention_backward):
+                _, report = measure_peak(
+                    lambda: call_learner(flash_attention_backward, do, q, k, v, o, lse, case.causal, what=what),
+                    device=memfit.DEVICE, meter=LIVE_TENSORS, warmup=False)
         expect_no_torch_arithmetic(report.ops, what, "delta and the gradients belong in your Triton kernels")
 
 
@@ -528,11 +672,13 @@ AUTOGRAD_CASES = [AutogradCase(1, 40, 2, 32, True, 0, "transposed"), AutogradCas
 
 
 def _blame(flash_attention, run_case, exc: CheckFailed):
-    """The failure of `run_case(flash_attention)`, with the cell at fault named where the course's forward or
-    backward in place of the learner's makes the case pass (flash_attention itself is given code)."""
-    if isinstance(exc, NotImplementedYet):
-        return exc
-    for name in ("flash_attention_backward", "flash_attention_forward"):
+    """The failure of `run_case(flash_attention)`, with the cell at fault named where the course's flash_delta,
+    backward or forward in place of the learner's makes the case pass (flash_attention itself is given code)."""
+    if isinstance(exc, NotImplementedYet):  # flash_attention is given: the stub is one of the functions it calls
+        return NotImplementedYet("flash_attention (given) calls your flash_attention_forward and "
+                                 "flash_attention_backward (which calls flash_delta), and one of them is not "
+                                 "implemented yet: finish exercises 3 and 4 first")
+    for name in ("flash_delta", "flash_attention_backward", "flash_attention_forward"):
         with given_references(flash_attention, **{name: getattr(REFERENCE, name)}) as swap:
             if not swap.replacements:
                 continue
@@ -541,8 +687,13 @@ def _blame(flash_attention, run_case, exc: CheckFailed):
             except Exception:  # noqa: BLE001  (still failing: not this cell alone)
                 continue
         return CheckFailed(f"{exc} (with the course's {name} in place of yours this case passes: the bug is in "
-                           f"your {name} cell)")
+                           f"{_WHERE[name]})")
     return exc
+
+
+_WHERE = {"flash_delta": "your flash_delta cell", "flash_attention_forward": "your flash_attention_forward cell",
+          "flash_attention_backward": "exercise 4's cells (flash_delta, the dK/dV kernel or the dQ kernel: the "
+                                      "checks flash_delta, flash_backward_dv and flash_backward say which)"}
 
 
 def _autograd_numerics(flash_attention, case: AutogradCase, seed: int) -> None:
@@ -624,7 +775,10 @@ CHECKS = [
     Check("attention_tiled", 3, check_attention_tiled, uses=("attention_tiled",)),
     Check("flash_forward", 3, check_flash_forward, uses=("flash_attention_forward",), timeout_s=600),
     Check("flash_forward_memory", 1, check_flash_forward_memory, uses=("flash_attention_forward",)),
-    Check("flash_backward", 4, check_flash_backward, uses=("flash_attention_backward",), timeout_s=600),
+    # exercise 4 in its three steps: delta alone, dv alone, then dk and dq with the whole backward's memory
+    Check("flash_delta", 1, check_flash_delta, uses=("flash_delta",), timeout_s=600),
+    Check("flash_backward_dv", 1, check_flash_backward_dv, uses=("flash_attention_backward",), timeout_s=600),
+    Check("flash_backward", 2, check_flash_backward, uses=("flash_attention_backward",), timeout_s=600),
     Check("flash_attention_memory", 2, check_flash_attention_memory, uses=("flash_attention",), timeout_s=600),
 ]
 
@@ -641,6 +795,7 @@ _SHAPE_AXES = {"causal": (False, True), "layout": ("contiguous", "transposed"),
                "batch x heads": ("1", "several"), "logits": ("moderate", "large")}
 _TILE_AXES = {"kernel tiles": ("this machine's", "the interpreter's (BLOCK_M != BLOCK_N)")}
 _MEM_AXES = {"memory dtype": None, "memory causal": (False, True)}
+_DO_AXES = {"dO": ("random", "aligned with o (large delta)")}
 
 
 def _axes() -> dict:
@@ -654,7 +809,10 @@ def _axes() -> dict:
                             "tiles": ("block_m = block_n", "block_m > block_n", "block_m < block_n", "defaults")},
         "flash_forward": {**dtypes, **_SHAPE_AXES, **_TILE_AXES, "invalid input": ("length", "dtype", "head_dim")},
         "flash_forward_memory": mem,
-        "flash_backward": {**dtypes, **_SHAPE_AXES, **_TILE_AXES, **mem, "dO": ("random", "aligned with o (large delta)")},
+        "flash_delta": {**dtypes, **{a: _SHAPE_AXES[a] for a in ("layout", "N", "head_dim", "batch x heads")},
+                        **_DO_AXES, "memory dtype": mem["memory dtype"]},  # no mask: delta has no causal
+        "flash_backward_dv": {**dtypes, **_SHAPE_AXES, **_TILE_AXES, **_DO_AXES},
+        "flash_backward": {**dtypes, **_SHAPE_AXES, **_TILE_AXES, **mem, **_DO_AXES},
         "flash_attention_memory": {**dtypes, "causal": (False, True), "layout": ("contiguous", "transposed"), **mem},
     }
 
@@ -674,8 +832,12 @@ def case_axes(check: str, cases: str) -> list[dict]:
         return [c.axes(check) for c in _attn_plan(cases)] + [c.axes() for c in _plan(INVALID_CASES, cases)]
     if check == "flash_forward_memory":
         return mem
+    if check == "flash_delta":
+        return [c.axes(check) for c in _attn_plan(cases)] + [{"memory dtype": m["memory dtype"]} for m in mem]
     if check == "flash_backward":
         return [c.axes(check) for c in _attn_plan(cases)] + mem
+    if check == "flash_backward_dv":
+        return [c.axes(check) for c in _attn_plan(cases)]
     if check == "flash_attention_memory":
         return [c.axes() for c in _plan(AUTOGRAD_CASES, cases) if _slot_exists(c.slot)] + mem
     raise KeyError(check)

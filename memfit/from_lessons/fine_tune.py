@@ -19,7 +19,7 @@ ADAM_STATE_BYTES = 8  # AdamW's m and v per adapter parameter, fp32
 
 
 def lora_state_bytes(cfg, r: int, targets=DEFAULT_TARGETS, base_dtype=torch.bfloat16) -> dict:
-    """Bytes of a LoRA fine-tune's parameters, gradients and AdamW states, and the adapters' parameter count."""
+    """Bytes of a LoRA fine-tune's parameters, gradients and AdamW's state, and the adapters' parameter count."""
     if isinstance(r, bool) or not isinstance(r, int) or r < 1:
         raise ValueError(f"r must be a positive int, not {r!r}")
     targets = tuple(targets)
@@ -394,12 +394,12 @@ def qlora_trainer(cfg, r: int, targets=DEFAULT_TARGETS, base_dtype=torch.bfloat1
 
 
 from memfit.fake import FakeTensors
+from memfit.meter import LIVE_TENSORS
+from memfit.training import measure_step
 
 
 def fake_step_memory(make_trainer, batch: int, seq: int):
     """The StepMemory of one steady-state training step, measured on fake tensors: no memory used."""
-    from memfit.meter import LIVE_TENSORS
-    from memfit.training import measure_step
     with FakeTensors():
         trainer = make_trainer()
         return measure_step(trainer, batch, seq, meter=LIVE_TENSORS)
@@ -440,7 +440,7 @@ SEQ_STEP = 256  # most_tokens answers in multiples of this many tokens
 
 def adamw8bit(params, lr: float = 1e-5):
     """Lesson 07's FusedAdamW8bit, built outside any fake mode: its dynamic code is computed with .tolist(), which a
-    fake tensor cannot answer; the code is kept on the parameters' device (the states, made in the step, are fake
+    fake tensor cannot answer; the code is kept on the parameters' device (its state, made in the step, is fake
     there; the step launches no kernel on fake tensors)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from memfit.from_lessons.quantization import FusedAdamW8bit
@@ -472,18 +472,15 @@ def plan_trainer(plan: str, cfg, device=None):
     recompute = "full" if "full recomputation" in plan else "none"
     if plan == PLANS[0]:
         return Trainer(cfg, "amp", "adamw", recompute, device)
-    if plan == PLANS[1]:  # every piece of the course: bf16 weights, 8-bit states, recomputation, lessons 05 and 06
+    if plan == PLANS[1]:  # the whole course: bf16 weights, 8-bit optimizer state, recomputation, lessons 05 and 06
         return Trainer(cfg, "bf16", adamw8bit, recompute, device, **course_kernels())
     build = qlora_trainer if plan.startswith("QLoRA") else lora_trainer
     return build(cfg, 16, recompute=recompute, device=device)
 
 
-def fake_peak(plan: str, cfg, seq: int, device="cpu") -> int:
-    """The predicted peak bytes of one step of `plan` on one sequence of `seq` tokens (fake tensors)."""
-    return fake_step_memory(lambda: plan_trainer(plan, cfg, device), 1, seq).peak
-
-
-def _check_plan_args(card_bytes, cfg, seq=None, plan=None) -> None:
+def check_plan_args(card_bytes, cfg, seq=None, plan=None) -> None:
+    """ValueError naming the argument for a card_bytes or seq that is not a positive int (a bool or a float is not
+    one), a seq beyond cfg.max_seq_len, or a plan not in PLANS; an argument left None is not checked."""
     for name, value in (("card_bytes", card_bytes), ("seq", seq)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise ValueError(f"{name} must be a positive int, not {value!r}")
@@ -493,9 +490,14 @@ def _check_plan_args(card_bytes, cfg, seq=None, plan=None) -> None:
         raise ValueError(f"plan must be one of {PLANS}, not {plan!r}")
 
 
+def fake_peak(plan: str, cfg, seq: int, device="cpu") -> int:
+    """The predicted peak bytes of one step of `plan` on one sequence of `seq` tokens (fake tensors)."""
+    return fake_step_memory(lambda: plan_trainer(plan, cfg, device), 1, seq).peak
+
+
 def plan_fine_tune(card_bytes: int, cfg, seq: int, predict=fake_peak):
     """The first of PLANS whose predicted peak fits HEADROOM of the card: {"plan", "peak"}, or None."""
-    _check_plan_args(card_bytes, cfg, seq=seq)
+    check_plan_args(card_bytes, cfg, seq=seq)
     for plan in PLANS:
         peak = predict(plan, cfg, seq)
         if peak <= HEADROOM * card_bytes:
@@ -505,7 +507,7 @@ def plan_fine_tune(card_bytes: int, cfg, seq: int, predict=fake_peak):
 
 def most_tokens(card_bytes: int, cfg, plan: str, predict=fake_peak) -> int:
     """The longest sequence (a multiple of SEQ_STEP, at most cfg.max_seq_len) whose predicted peak fits, or 0."""
-    _check_plan_args(card_bytes, cfg, plan=plan)
+    check_plan_args(card_bytes, cfg, plan=plan)
     lo, hi = 0, cfg.max_seq_len // SEQ_STEP  # lo steps fit (0 always does), hi + 1 do not (or are too long)
     while lo < hi:
         mid = (lo + hi + 1) // 2

@@ -199,7 +199,8 @@ def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
 @triton.jit(do_not_specialize=["n"])  # one compiled kernel for every sequence length
 def flash_delta_kernel(o_ptr, do_ptr, delta_ptr, n, d, BLOCK_M: tl.constexpr,
                        BLOCK_D: tl.constexpr):
-    """delta[row] = sum over the head dim of o * do, in fp32."""
+    """Program (i, bh): rows i·BLOCK_M to i·BLOCK_M + BLOCK_M - 1 of head bh (those below n):
+    delta[row] = sum over the head dim of o * do, in fp32."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     bh = tl.program_id(1)
     cols = tl.arange(0, BLOCK_D)
@@ -210,11 +211,26 @@ def flash_delta_kernel(o_ptr, do_ptr, delta_ptr, n, d, BLOCK_M: tl.constexpr,
     tl.store(delta_ptr + bh.to(tl.int64) * n + rows, tl.sum(o * do, 1), mask=rows < n)
 
 
+def flash_delta(o: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
+    """Δ = rowsum(do ⊙ o) over the head dim, from flash_delta_kernel: fp32 of shape (B, H, N), one value per row."""
+    if not (isinstance(o, torch.Tensor) and isinstance(do, torch.Tensor)) or o.dim() != 4 or do.shape != o.shape:
+        raise ValueError(f"o and do must be (batch, heads, seq, head_dim) tensors of one shape, got "
+                         f"{getattr(o, 'shape', type(o).__name__)} and {getattr(do, 'shape', type(do).__name__)}")
+    b, h, n, d = o.shape
+    o, do = heads_contiguous(o, do)
+    delta = torch.empty(b, h, n, dtype=torch.float32, device=o.device)
+    if delta.numel() == 0:
+        return delta
+    flash_delta_kernel[(triton.cdiv(n, 64), b * h)](o, do, delta, n, d, BLOCK_M=64, BLOCK_D=block_d(d))
+    return delta
+
+
 @triton.jit
 def _dkdv_from(dk, dv, k, v, keys, q_head, do_head, lse_head, delta_head, lo, hi, n, sm_scale,
                MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, d,
                BLOCK_D: tl.constexpr):
-    """Add query blocks [lo, hi) to one key block's dK (before its scale) and dV."""
+    """Add query blocks [lo, hi), in increasing order, BLOCK_M queries at a time, to one key block's dK
+    (before its scale) and dV."""
     cols = tl.arange(0, BLOCK_D)
     d_ok = cols[None, :] < d
     for start_m in range(lo, hi, BLOCK_M):
@@ -249,7 +265,11 @@ def _dkdv_from(dk, dv, k, v, keys, q_head, do_head, lse_head, delta_head, lo, hi
 def flash_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n, d, sm_scale,
                       CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_D: tl.constexpr):
-    """Program (j, bh): dK and dV of key block j of head bh."""
+    """Program (j, bh): dK and dV of key block j of head bh. Key blocks go from the start: with a causal mask
+    the first key block is seen by the most queries, so the heaviest programs start first. A program visits
+    query blocks in increasing order: with a causal mask its diagonal (the rows of its own keys, masked), the
+    blocks below it (unmasked), then a ragged tail (masked); without, the full blocks (unmasked), then the
+    ragged last one (masked)."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     head = bh.to(tl.int64) * n * d
@@ -284,7 +304,8 @@ def flash_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, d
 def _dq_from(dq, q, do, lse, delta, rows, k_head, v_head, lo, hi, n, sm_scale,
              MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, d,
              BLOCK_D: tl.constexpr):
-    """Add key blocks [lo, hi) to one query block's dQ (before its scale)."""
+    """Add key blocks [lo, hi), in increasing order, BLOCK_N keys at a time, to one query block's dQ (before
+    its scale)."""
     cols = tl.arange(0, BLOCK_D)
     d_ok = cols[None, :] < d
     for start_n in range(lo, hi, BLOCK_N):
@@ -312,7 +333,11 @@ def _dq_from(dq, q, do, lse, delta, rows, k_head, v_head, lo, hi, n, sm_scale,
 def flash_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, n, d, sm_scale,
                     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_D: tl.constexpr):
-    """Program (i, bh): dQ of query block num_programs(0) - 1 - i of head bh."""
+    """Program (i, bh): dQ of query block num_programs(0) - 1 - i of head bh. Query blocks go from the end, as
+    in the forward: with a causal mask the last query block sees the most keys, so the heaviest programs start
+    first. A program visits key blocks in increasing order: with a causal mask those before its diagonal
+    (unmasked), then the diagonal (masked); without, the full blocks (unmasked), then the ragged last one
+    (masked)."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
     head = bh.to(tl.int64) * n * d
@@ -350,8 +375,7 @@ def flash_attention_backward(do, q, k, v, o, lse, causal: bool = False):
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if n == 0:
         return dq, dk, dv
-    delta = torch.empty(b, h, n, dtype=torch.float32, device=q.device)
-    flash_delta_kernel[(triton.cdiv(n, 64), b * h)](o, do, delta, n, d, BLOCK_M=64, BLOCK_D=block_d(d))
+    delta = flash_delta(o, do)
     scale = 1 / math.sqrt(d)
     tiles, launch = flash_config("flash_dkdv", d)
     flash_dkdv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), b * h)](

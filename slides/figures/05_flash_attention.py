@@ -152,7 +152,9 @@ what = {
     "flash_forward": "o, lse by the rule; poisoned (NaN) outputs; shapes, dtypes, head dim > "
                      f"{ref.MAX_HEAD_DIM} raise",
     "flash_forward_memory": "peak ≤ o + lse (+5%); no PyTorch arithmetic",
-    "flash_backward": "dq, dk, dv by the rule, both masks; peak ≤ dq, dk, dv, Δ (+5%)",
+    "flash_delta": "Δ = rowsum(dO ⊙ O) in fp32 by the rule; peak ≤ Δ (+5%); no PyTorch arithmetic",
+    "flash_backward_dv": "dv alone by the rule, both masks (needs neither Δ nor dq)",
+    "flash_backward": "dk, then dq, by the rule, both masks, with the course's Δ; peak ≤ dq, dk, dv, Δ (+5%)",
     "flash_attention_memory": "autograd on (B, N, H, d) views; forward + backward peak ≤ o, lse, Δ, "
                               "dq, dk, dv (+5%)",
 }

@@ -323,6 +323,15 @@ def fake_step_trainer_outside(make_trainer, batch, seq):  # the model built for 
         return measure_step(trainer, batch, seq, meter=LIVE_TENSORS)
 
 
+def fake_step_trainer_built_before_fake_tensors(make_trainer, batch, seq):  # the course's mode, entered too late
+    from memfit.fake import FakeTensors
+    from memfit.meter import LIVE_TENSORS
+    from memfit.training import measure_step
+    trainer = make_trainer()
+    with FakeTensors():
+        return measure_step(trainer, batch, seq, meter=LIVE_TENSORS)
+
+
 def fake_step_first_step(make_trainer, batch, seq):  # the first step: no optimizer states yet
     from torch._subclasses.fake_tensor import FakeTensorMode
     from memfit.meter import measure_peak
@@ -373,7 +382,7 @@ def _budget(card_bytes):
 
 
 def plan_smallest_peak(card_bytes, cfg, seq, predict=None):  # the smallest peak that fits, not the preferred plan
-    ref._check_plan_args(card_bytes, cfg, seq=seq)
+    ref.check_plan_args(card_bytes, cfg, seq=seq)
     peaks = {p: predict(p, cfg, seq) for p in ref.PLANS}
     fitting = [p for p in ref.PLANS if peaks[p] <= _budget(card_bytes)]
     best = min(fitting, key=peaks.get, default=None)
@@ -381,7 +390,7 @@ def plan_smallest_peak(card_bytes, cfg, seq, predict=None):  # the smallest peak
 
 
 def plan_strictly_below(card_bytes, cfg, seq, predict=None):  # a peak equal to the budget does not fit
-    ref._check_plan_args(card_bytes, cfg, seq=seq)
+    ref.check_plan_args(card_bytes, cfg, seq=seq)
     for plan in ref.PLANS:
         peak = predict(plan, cfg, seq)
         if peak < _budget(card_bytes):
@@ -390,7 +399,7 @@ def plan_strictly_below(card_bytes, cfg, seq, predict=None):  # a peak equal to 
 
 
 def plan_no_headroom(card_bytes, cfg, seq, predict=None):  # the whole card
-    ref._check_plan_args(card_bytes, cfg, seq=seq)
+    ref.check_plan_args(card_bytes, cfg, seq=seq)
     for plan in ref.PLANS:
         peak = predict(plan, cfg, seq)
         if peak <= card_bytes:
@@ -399,7 +408,7 @@ def plan_no_headroom(card_bytes, cfg, seq, predict=None):  # the whole card
 
 
 def plan_predicts_every_plan(card_bytes, cfg, seq, predict=None):  # right answer, every plan predicted first
-    ref._check_plan_args(card_bytes, cfg, seq=seq)
+    ref.check_plan_args(card_bytes, cfg, seq=seq)
     peaks = [(plan, predict(plan, cfg, seq)) for plan in ref.PLANS]
     return next(({"plan": p, "peak": peak} for p, peak in peaks if peak <= _budget(card_bytes)), None)
 
@@ -418,13 +427,13 @@ def plan_no_validation(card_bytes, cfg, seq, predict=None):
 
 
 def plan_with_next(card_bytes, cfg, seq, predict=None):  # right: a generator, stopped at the first fit
-    ref._check_plan_args(card_bytes, cfg, seq=seq)
+    ref.check_plan_args(card_bytes, cfg, seq=seq)
     tried = ((plan, predict(plan, cfg, seq)) for plan in ref.PLANS)
     return next(({"plan": p, "peak": peak} for p, peak in tried if peak <= _budget(card_bytes)), None)
 
 
 def tokens_every_length(card_bytes, cfg, plan, predict=None):  # right answers, one prediction per length
-    ref._check_plan_args(card_bytes, cfg, plan=plan)
+    ref.check_plan_args(card_bytes, cfg, plan=plan)
     best = 0
     for seq in range(ref.SEQ_STEP, cfg.max_seq_len + 1, ref.SEQ_STEP):
         if predict(plan, cfg, seq) <= _budget(card_bytes):
@@ -433,7 +442,7 @@ def tokens_every_length(card_bytes, cfg, plan, predict=None):  # right answers, 
 
 
 def tokens_powers_of_two(card_bytes, cfg, plan, predict=None):  # doubling only
-    ref._check_plan_args(card_bytes, cfg, plan=plan)
+    ref.check_plan_args(card_bytes, cfg, plan=plan)
     best, seq = 0, ref.SEQ_STEP
     while seq <= cfg.max_seq_len and predict(plan, cfg, seq) <= _budget(card_bytes):
         best, seq = seq, 2 * seq
@@ -445,7 +454,7 @@ def tokens_fixed_ceiling(card_bytes, cfg, plan, predict=None):  # Llama's 131,07
 
 
 def tokens_first_that_fails(card_bytes, cfg, plan, predict=None):  # the bisection's other end
-    ref._check_plan_args(card_bytes, cfg, plan=plan)
+    ref.check_plan_args(card_bytes, cfg, plan=plan)
     lo, hi = 0, cfg.max_seq_len // ref.SEQ_STEP
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -457,7 +466,7 @@ def tokens_first_that_fails(card_bytes, cfg, plan, predict=None):  # the bisecti
 
 
 def tokens_lower_mid(card_bytes, cfg, plan, predict=None):  # right: a bisection on the first length that fails
-    ref._check_plan_args(card_bytes, cfg, plan=plan)
+    ref.check_plan_args(card_bytes, cfg, plan=plan)
     lo, hi = 1, cfg.max_seq_len // ref.SEQ_STEP + 1  # the first failing step is in [lo, hi]
     while lo < hi:
         mid = (lo + hi) // 2

@@ -197,6 +197,69 @@ def forward_other_tiles(q, k, v, causal=False):  # right: other tile sizes (BLOC
     return _forward(q, k, v, causal, tiles={"BLOCK_M": 64, "BLOCK_N": 32})
 
 
+# ------------------------------------------------------------------------------- Triton backward: delta
+@triton.jit
+def _delta_kernel(o_ptr, do_ptr, delta_ptr, n, d, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                  DO_ONLY: tl.constexpr, IN_INPUT_DTYPE: tl.constexpr, ROW_BLOCKS: tl.constexpr):
+    """ref.flash_delta_kernel with knobs: DO_ONLY sums dO alone; IN_INPUT_DTYPE multiplies and sums in o's dtype;
+    ROW_BLOCKS > 1: one program walks ROW_BLOCKS blocks of rows (a right alternative)."""
+    bh = tl.program_id(1)
+    cols = tl.arange(0, BLOCK_D)
+    for r in range(ROW_BLOCKS):
+        rows = (tl.program_id(0) * ROW_BLOCKS + r) * BLOCK_M + tl.arange(0, BLOCK_M)
+        tile = bh.to(tl.int64) * n * d + rows[:, None] * d + cols[None, :]
+        ok = (rows[:, None] < n) & (cols[None, :] < d)
+        o = tl.load(o_ptr + tile, mask=ok, other=0.0)
+        do = tl.load(do_ptr + tile, mask=ok, other=0.0)
+        if DO_ONLY:
+            delta = tl.sum(do.to(tl.float32), 1)
+        elif IN_INPUT_DTYPE:
+            delta = tl.sum((o * do).to(o.dtype), 1).to(o.dtype).to(tl.float32)
+        else:
+            delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+        tl.store(delta_ptr + bh.to(tl.int64) * n + rows, delta, mask=rows < n)
+
+
+def _delta(o, do, grid_rows=triton.cdiv, block=64, do_only=False, in_input_dtype=False, contiguous=True,
+           row_blocks=1):
+    b, h, n, d = o.shape
+    if contiguous:
+        o, do = ref.heads_contiguous(o, do)
+    delta = torch.empty(b, h, n, dtype=torch.float32, device=o.device)
+    _delta_kernel[(grid_rows(n, block * row_blocks), b * h)](o, do, delta, n, d, BLOCK_M=block,
+                                                             BLOCK_D=ref.block_d(d), DO_ONLY=do_only,
+                                                             IN_INPUT_DTYPE=in_input_dtype, ROW_BLOCKS=row_blocks)
+    return delta
+
+
+def delta_of_do_only(o, do):  # rowsum(dO), the * O forgotten
+    return _delta(o, do, do_only=True)
+
+
+def delta_in_input_dtype(o, do):  # products and their sum rounded to o's dtype (fp16), not accumulated in fp32
+    return _delta(o, do, in_input_dtype=True)
+
+
+def delta_grid_floored(o, do):  # n // BLOCK_M programs: the rows of a partial last block are never written
+    return _delta(o, do, grid_rows=_floor, block=16)
+
+
+def delta_ignores_layout(o, do):  # no heads_contiguous: a transposed view is read as if contiguous
+    return _delta(o, do, contiguous=False)
+
+
+def delta_in_torch(o, do):  # right numbers from PyTorch: fp32 copies of o and dO, and their product
+    return (do.float() * o.float()).sum(dim=-1)
+
+
+def delta_small_blocks(o, do):  # right: 16 rows a program
+    return _delta(o, do, block=16)
+
+
+def delta_row_blocks_per_program(o, do):  # right: each program walks 4 blocks of 16 rows
+    return _delta(o, do, block=16, row_blocks=4)
+
+
 # ------------------------------------------------------------------------------------- Triton backward
 def _backward(do, q, k, v, o, lse, causal, delta=None, dq_rows=triton.cdiv, dkdv_tiles=None, dq_tiles=None,
               delta_block=64):
@@ -220,6 +283,135 @@ def _backward(do, q, k, v, o, lse, causal, delta=None, dq_rows=triton.cdiv, dkdv
         q, k, v, do, lse, delta, dq, n, d, 1 / math.sqrt(d), CAUSAL=causal, BLOCK_D=ref.block_d(d), **tiles,
         **launch)
     return dq, dk, dv
+
+
+@triton.jit
+def _dkdv_from_knobs(dk, dv, k, v, keys, q_head, do_head, lse_head, delta_head, lo, hi, n, sm_scale,
+                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, d, BLOCK_D: tl.constexpr,
+                     DV_BEFORE_MASK: tl.constexpr):
+    """ref._dkdv_from with a knob: DV_BEFORE_MASK adds Pᵀ dO to dV before Pᵀ is masked."""
+    cols = tl.arange(0, BLOCK_D)
+    d_ok = cols[None, :] < d
+    for start_m in range(lo, hi, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)
+        tile = rows[:, None] * d + cols[None, :]
+        load_ok = (rows[:, None] < n) & d_ok
+        lse = tl.load(lse_head + rows, mask=rows < n, other=0.0)
+        delta = tl.load(delta_head + rows, mask=rows < n, other=0.0)
+        q = tl.load(q_head + tile, mask=load_ok, other=0.0)
+        do = tl.load(do_head + tile, mask=load_ok, other=0.0)
+        pt = tl.exp(tl.dot(k, tl.trans(q), input_precision="ieee") * sm_scale - lse[None, :])
+        if DV_BEFORE_MASK:
+            dv += tl.dot(pt.to(do.dtype), do, input_precision="ieee")
+        if MASKED:
+            valid = rows[None, :] < n
+            if CAUSAL:
+                valid = valid & (keys[:, None] <= rows[None, :])
+            pt = tl.where(valid, pt, 0.0)
+        if not DV_BEFORE_MASK:
+            dv += tl.dot(pt.to(do.dtype), do, input_precision="ieee")
+        dpt = tl.dot(v, tl.trans(do), input_precision="ieee")
+        dst = pt * (dpt - delta[None, :])
+        dk += tl.dot(dst.to(q.dtype), q, input_precision="ieee")
+    return dk, dv
+
+
+@triton.jit
+def _dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, n, d, sm_scale,
+                 CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                 DV_BEFORE_MASK: tl.constexpr, DV_SCALED: tl.constexpr, SKIP_TAIL: tl.constexpr,
+                 FROM_THE_END: tl.constexpr):
+    """ref.flash_dkdv_kernel with knobs: DV_BEFORE_MASK (above); DV_SCALED stores dV * sm_scale, like dK; SKIP_TAIL
+    never visits the ragged tail of query blocks; FROM_THE_END takes key blocks from the last (a right order)."""
+    j = tl.program_id(0)
+    if FROM_THE_END:
+        j = tl.num_programs(0) - 1 - j
+    start_n = j * BLOCK_N
+    bh = tl.program_id(1)
+    head = bh.to(tl.int64) * n * d
+    stats = bh.to(tl.int64) * n
+    keys = start_n + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    tile = keys[:, None] * d + cols[None, :]
+    io_ok = (keys[:, None] < n) & (cols[None, :] < d)
+    k = tl.load(k_ptr + head + tile, mask=io_ok, other=0.0)
+    v = tl.load(v_ptr + head + tile, mask=io_ok, other=0.0)
+    dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    full = (n // BLOCK_M) * BLOCK_M
+    tail = full
+    if CAUSAL:
+        below = start_n + BLOCK_N
+        dk, dv = _dkdv_from_knobs(dk, dv, k, v, keys, q_ptr + head, do_ptr + head, lse_ptr + stats,
+                                  delta_ptr + stats, start_n, below, n, sm_scale, True, CAUSAL, BLOCK_M, d, BLOCK_D,
+                                  DV_BEFORE_MASK)
+        dk, dv = _dkdv_from_knobs(dk, dv, k, v, keys, q_ptr + head, do_ptr + head, lse_ptr + stats,
+                                  delta_ptr + stats, below, full, n, sm_scale, False, CAUSAL, BLOCK_M, d, BLOCK_D,
+                                  DV_BEFORE_MASK)
+        tail = tl.maximum(full, below)
+    else:
+        dk, dv = _dkdv_from_knobs(dk, dv, k, v, keys, q_ptr + head, do_ptr + head, lse_ptr + stats,
+                                  delta_ptr + stats, 0, full, n, sm_scale, False, CAUSAL, BLOCK_M, d, BLOCK_D,
+                                  DV_BEFORE_MASK)
+    if not SKIP_TAIL:
+        dk, dv = _dkdv_from_knobs(dk, dv, k, v, keys, q_ptr + head, do_ptr + head, lse_ptr + stats,
+                                  delta_ptr + stats, tail, n, n, sm_scale, True, CAUSAL, BLOCK_M, d, BLOCK_D,
+                                  DV_BEFORE_MASK)
+    tl.store(dk_ptr + head + tile, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=io_ok)
+    if DV_SCALED:
+        dv = dv * sm_scale
+    tl.store(dv_ptr + head + tile, dv.to(dv_ptr.dtype.element_ty), mask=io_ok)
+
+
+def _backward_dkdv(do, q, k, v, o, lse, causal, dv_before_mask=False, dv_scaled=False, skip_tail=False,
+                   from_the_end=False):
+    """ref.flash_attention_backward with _dkdv_kernel's knobs for dK and dV (the reference's delta and dQ)."""
+    ref.check_attention_inputs(q, k, v, ref.MAX_HEAD_DIM)
+    b, h, n, d = q.shape
+    q, k, v, o, do, lse = ref.heads_contiguous(q, k, v, o, do, lse)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    delta = ref.flash_delta(o, do)
+    tiles, launch = ref.flash_config("flash_dkdv", d)
+    _dkdv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), b * h)](
+        q, k, v, do, lse, delta, dk, dv, n, d, 1 / math.sqrt(d), CAUSAL=causal, BLOCK_D=ref.block_d(d),
+        DV_BEFORE_MASK=dv_before_mask, DV_SCALED=dv_scaled, SKIP_TAIL=skip_tail, FROM_THE_END=from_the_end,
+        **tiles, **launch)
+    tiles, launch = ref.flash_config("flash_dq", d)
+    ref.flash_dq_kernel[(triton.cdiv(n, tiles["BLOCK_M"]), b * h)](
+        q, k, v, do, lse, delta, dq, n, d, 1 / math.sqrt(d), CAUSAL=causal, BLOCK_D=ref.block_d(d), **tiles,
+        **launch)
+    return dq, dk, dv
+
+
+def backward_dv_before_mask(do, q, k, v, o, lse, causal=False):  # dV += Pᵀ dO before Pᵀ is masked: masked keys leak
+    return _backward_dkdv(do, q, k, v, o, lse, causal, dv_before_mask=True)
+
+
+def backward_dv_scaled(do, q, k, v, o, lse, causal=False):  # dV multiplied by the scale, as dK is
+    return _backward_dkdv(do, q, k, v, o, lse, causal, dv_scaled=True)
+
+
+def backward_dkdv_skips_tail(do, q, k, v, o, lse, causal=False):  # the ragged tail of query blocks never visited
+    return _backward_dkdv(do, q, k, v, o, lse, causal, skip_tail=True)
+
+
+def backward_dkdv_from_the_end(do, q, k, v, o, lse, causal=False):  # right: key blocks taken from the last
+    return _backward_dkdv(do, q, k, v, o, lse, causal, from_the_end=True)
+
+
+flash_delta = delta_of_do_only  # a learner's wrong step 1, called by name as the notebook's backward calls it
+
+
+def backward_with_wrong_flash_delta(do, q, k, v, o, lse, causal=False):
+    """Right for steps 2 and 3: the reference backward, calling this module's flash_delta (wrong) by name as a
+    notebook's backward does; the backward checks put the course's flash_delta in its place, so only flash_delta's
+    own check takes a point for it."""
+    return _backward(do, q, k, v, o, lse, causal, delta=flash_delta(o, do))
+
+
+def backward_dq_unscaled(do, q, k, v, o, lse, causal=False):  # dq stored without its * sm_scale (here: undone)
+    dq, dk, dv = ref.flash_attention_backward(do, q, k, v, o, lse, causal)
+    return dq * math.sqrt(q.shape[-1]), dk, dv
 
 
 def backward_delta_zero(do, q, k, v, o, lse, causal=False):  # delta = 0: dS = P * dP, without the - rowsum(dO o)

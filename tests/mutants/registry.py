@@ -85,6 +85,7 @@ PEAK_ERROR = r"error [-+]\d+\.\d%, allowed ±3\.0%"  # 02 predict_peak: the pred
 GPU_PEAK_ERROR = r"error [-+]\d+\.\d%, allowed ±2\.0%"  # ... and on the GPU
 TORCH_MEMORY = "peak extra memory|PyTorch did arithmetic"  # a kernel check's memory case: an eager PyTorch version
 SOFTMAX_SUM = r"l \(the sum of exp\(x - m\)\)"  # 05 online_softmax: the statistic l is wrong
+DV_HINT = r"dv = Pᵀ dO needs neither delta nor dq"  # 05 flash_backward_dv: the hint that points at the dK/dV kernel
 
 
 def _scaled_add(*wrong: Wrong) -> dict:
@@ -267,12 +268,38 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
                           "right": [Right("forward_other_tiles")]},
         "flash_forward_memory": {"wrong": [Wrong("forward_with_torch", TORCH_MEMORY)],
                                  "right": [Right("forward_other_tiles")]},
-        "flash_backward": {"wrong": [Wrong("backward_delta_zero", r", dq: max \|error\|"),
-                                     Wrong("backward_delta_of_do_only", r", dq: max \|error\|"),
-                                     Wrong("backward_dk_unscaled", r", dk: max \|error\|"),
+        # exercise 4's three steps: delta alone, dv alone, then dk and dq with the whole backward's memory
+        "flash_delta": {"wrong": [Wrong("delta_of_do_only", r", delta: max \|error\|", visible=True),
+                                  Wrong("delta_in_input_dtype", r"float16.*, delta: max \|error\|", visible=True),
+                                  Wrong("delta_grid_floored", r", delta: .* NaN, first at index \(\d+, \d+, \d+\): "
+                                                              r"never written", visible=True),
+                                  Wrong("delta_ignores_layout", r"viewed as \(B, H, N, d\).*, delta: max \|error\|",
+                                        visible=True),
+                                  Wrong("delta_in_torch", TORCH_MEMORY, visible=True)],
+                        "right": [Right("delta_small_blocks"), Right("delta_row_blocks_per_program")]},
+        "flash_backward_dv": {"wrong": [Wrong("backward_dv_before_mask", rf", dv: {MAX_ERROR}.*{DV_HINT}",
+                                              visible=True),
+                                        Wrong("backward_dv_scaled", rf", dv: {MAX_ERROR}.*{DV_HINT}", visible=True),
+                                        Wrong("backward_dkdv_skips_tail", rf", dv: {MAX_ERROR}.*{DV_HINT}",
+                                              visible=True)],
+                              # right for this step: their mistakes are in delta and dq, which dv does not read
+                              "right": [Right("backward_other_tiles"), Right("backward_dkdv_from_the_end"),
+                                        Right("backward_delta_zero"), Right("backward_dq_unscaled")]},
+        "flash_backward": {"wrong": [Wrong("backward_delta_zero", rf", dk: {MAX_ERROR}.*dv is right here",
+                                           visible=True),
+                                     Wrong("backward_delta_of_do_only", rf", dk: {MAX_ERROR}.*dv is right here",
+                                           visible=True),
+                                     Wrong("backward_dk_unscaled", rf", dk: {MAX_ERROR}.*dv is right here",
+                                           visible=True),
+                                     Wrong("backward_dkdv_skips_tail", rf", dk: {MAX_ERROR}.*dv is wrong here too",
+                                           visible=True),
+                                     Wrong("backward_dq_unscaled", rf", dq: {MAX_ERROR}.*dk is right here",
+                                           visible=True),
                                      Wrong("backward_delta_in_torch", TORCH_MEMORY),
-                                     Wrong("backward_dq_grid_floored", "dq: .* never written")],
-                           "right": [Right("backward_other_tiles")]},
+                                     Wrong("backward_dq_grid_floored", "dq: .* never written", visible=True)],
+                           # backward_with_wrong_flash_delta: step 1's mistake costs step 1's point only
+                           "right": [Right("backward_other_tiles"), Right("backward_dkdv_from_the_end"),
+                                     Right("backward_with_wrong_flash_delta")]},
         "flash_attention_memory": {"wrong": [Wrong("attention_saves_p", "peak extra memory .* for P alone"),
                                              Wrong("attention_swaps_dk_dv", r"k\.grad: max \|error\|")],
                                    "right": [Right("attention_other_tiles")]},
@@ -410,6 +437,9 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
         "fake_step_memory": {
             "wrong": [Wrong("fake_step_real_tensors", r"of real tensors: build the trainer", visible=True),
                       Wrong("fake_step_trainer_outside", r"the same step on real tensors", visible=True),
+                      Wrong("fake_step_trainer_built_before_fake_tensors",
+                            r"given a real tensor .* Build the trainer inside: `with FakeTensors\(\): trainer = "
+                            r"make_trainer\(\)`", visible=True, raises=LearnerCodeError),
                       Wrong("fake_step_first_step", r"differ from the real step's", visible=True),
                       Wrong("fake_step_forward_only", r"the same step on real tensors", visible=True),
                       Wrong("fake_step_plain_mode", r"under memfit.fake.FakeTensors", visible=True,

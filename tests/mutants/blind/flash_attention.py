@@ -772,10 +772,17 @@ BLIND = {
         "wrong": ["flash_attention_forward_clone_inputs", "flash_attention_forward_fp32_out"],
         "right": ["flash_attention_forward_one_loop", "flash_attention_forward_big_tiles"],
     },
+    # exercise 4's one check became three (flash_delta, flash_backward_dv, flash_backward): each entry of the old
+    # flash_backward stands where its mistake shows, dv (flash_backward_dv) or dk and dq (flash_backward), or both
+    "flash_backward_dv": {
+        "wrong": ["flash_attention_backward_diag_one_qblock", "flash_attention_backward_dv_before_mask",
+                  "flash_attention_backward_do_as_is", "flash_attention_backward_strided_out"],
+        "right": ["flash_attention_backward_one_loop", "flash_attention_backward_square_tiles"],
+    },
     "flash_backward": {
         "wrong": ["flash_attention_backward_no_dk_scale", "flash_attention_backward_diag_one_qblock",
-                  "flash_attention_backward_dv_before_mask", "flash_attention_backward_delta_half",
-                  "flash_attention_backward_delta_grid", "flash_attention_backward_do_as_is", "flash_attention_backward_strided_out"],
+                  "flash_attention_backward_delta_half", "flash_attention_backward_delta_grid",
+                  "flash_attention_backward_do_as_is", "flash_attention_backward_strided_out"],
         "right": ["flash_attention_backward_one_loop", "flash_attention_backward_square_tiles"],
     },
     "flash_attention_memory": {
