@@ -7,6 +7,8 @@ torch.cuda.set_per_process_memory_fraction). One more row, the contrast: the les
 PyTorch's attention and cross-entropy instead of the course's kernels.
 
     python -m benchmarks.fine_tune            # on a GPU: benchmarks/results/<device>-<date>-fine-tune.{json,md}
+    python -m benchmarks.fine_tune --plans kernels   # only the plans whose name holds "kernels"'s words: a part
+                                                     # of the table (...-fine-tune-<part>.{json,md})
 """
 from __future__ import annotations
 
@@ -24,9 +26,13 @@ SEQ = 4096  # the step measured for every plan that fits this card
 CONTRAST = "full: bf16, 8-bit AdamW, full recomputation, PyTorch's attention and loss"
 
 
+PARTS = {"kernels": ("FlashAttention", "fused loss")}  # --plans NAME: the plans whose names hold all these words
+ONLY: tuple[str, ...] = ()  # set by --plans
+
+
 def plans() -> tuple[str, ...]:
     from memfit.from_lessons.fine_tune import PLANS
-    return PLANS + (CONTRAST,)
+    return tuple(p for p in PLANS + (CONTRAST,) if all(word in p for word in ONLY))
 
 
 def make_trainer(plan: str, cfg=None, device: str = "cuda"):
@@ -167,5 +173,11 @@ def markdown(result: dict) -> str:
 
 
 if __name__ == "__main__":
+    import argparse
     from benchmarks.record import record_one
-    record_one("fine_tune")
+    parser = argparse.ArgumentParser(description="lesson 08's plans predicted and measured on this GPU")
+    parser.add_argument("--plans", choices=sorted(PARTS), help="only a part of the plans")
+    args = parser.parse_args()
+    import benchmarks.fine_tune as module  # the module record_one runs, not this __main__
+    module.ONLY = PARTS.get(args.plans, ())
+    record_one("fine_tune", part=args.plans or "")

@@ -433,7 +433,9 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
 
 
 PLANS = ("full: amp, AdamW", "full: bf16, 8-bit AdamW, full recomputation, FlashAttention, fused loss", "LoRA r=16, bf16 base",
-         "LoRA r=16, bf16 base, full recomputation", "QLoRA r=16, NF4 base", "QLoRA r=16, NF4 base, full recomputation")
+         "LoRA r=16, bf16 base, full recomputation", "QLoRA r=16, NF4 base", "QLoRA r=16, NF4 base, full recomputation",
+         "LoRA r=16, bf16 base, full recomputation, FlashAttention, fused loss",
+         "QLoRA r=16, NF4 base, full recomputation, FlashAttention, fused loss")
 HEADROOM = 0.9  # of a card's memory a plan may use
 SEQ_STEP = 256  # most_tokens answers in multiples of this many tokens
 
@@ -475,7 +477,13 @@ def plan_trainer(plan: str, cfg, device=None):
     if plan == PLANS[1]:  # the whole course: bf16 weights, 8-bit optimizer state, recomputation, lessons 05 and 06
         return Trainer(cfg, "bf16", adamw8bit, recompute, device, **course_kernels())
     build = qlora_trainer if plan.startswith("QLoRA") else lora_trainer
-    return build(cfg, 16, recompute=recompute, device=device)
+    trainer = build(cfg, 16, recompute=recompute, device=device)
+    if plan.endswith("FlashAttention, fused loss"):  # lessons 05 and 06 in place of PyTorch's attention and loss
+        kernels = course_kernels()
+        for block in trainer.model.blocks:
+            block.attn.attention = kernels["attention"]
+        trainer.model.loss = kernels["loss"]
+    return trainer
 
 
 def check_plan_args(card_bytes, cfg, seq=None, plan=None) -> None:
