@@ -34,6 +34,22 @@ def _grade_task(grade_file, student: str, lesson: str, name: str, data: bytes, p
         return [asdict(row) for row in rows]
 
 
+STARTUP_TRIES = 4  # a local cluster started again after Ray's fixed 30 s wait for its node ran out
+
+
+def start_ray(ray, **init_args) -> None:
+    """ray.init, tried again when the local node does not register within Ray's own 30 s (not configurable): on a
+    machine busy with other work that wait follows its load, and a grade must not."""
+    for attempt in range(1, STARTUP_TRIES + 1):
+        try:
+            ray.init(**init_args)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this
+            ray.shutdown()
+            if "timed out during startup" not in str(exc) or attempt == STARTUP_TRIES:
+                raise
+
+
 def grade_on_ray(jobs, settings, progress, record, grade_file, address: str | None = None) -> None:
     """Grade `jobs` as Ray tasks, each running grade_file(student, lesson, notebook, problem, fingerprint, settings,
     gpu) -> rows on its node; record(job) as each finishes."""
@@ -46,8 +62,8 @@ def grade_on_ray(jobs, settings, progress, record, grade_file, address: str | No
         os.environ.pop("RAY_ADDRESS", None)  # an empty one would be read by ray.init as an address
     local = not address
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
-    ray.init(address=address, num_cpus=settings.workers if local else None, include_dashboard=False,
-             log_to_driver=False, configure_logging=False, runtime_env={"env_vars": env})
+    start_ray(ray, address=address, num_cpus=settings.workers if local else None, include_dashboard=False,
+              log_to_driver=False, configure_logging=False, runtime_env={"env_vars": env})
     try:
         task = ray.remote(num_cpus=1, num_gpus=1 if settings.gpus else 0, max_retries=1)(_grade_task)
         pending = {}
