@@ -8,6 +8,7 @@ import memfit
 import memfit.from_lessons.fine_tune as ref
 from autograder.checks import fine_tune as checks
 from memfit.gpt import COURSE_CONFIGS
+from memfit.training import Trainer
 
 
 @pytest.mark.parametrize("name, functions", [
@@ -159,3 +160,27 @@ def test_the_visible_fake_cases_hold_a_model_over_the_real_bytes_limit_and_the_k
     visible = [c for c in checks.FAKE_CASES if not c.hidden]
     assert any(c.kernels for c in visible)
     assert any(c.formula and 2 * count_params(c.formula[0]) > 4 * checks.REAL_BYTES_LIMIT for c in visible)
+
+
+def test_step_peak_of_one_micro_batch_is_fake_step_memory_and_accumulation_peaks_once():
+    tiny = COURSE_CONFIGS["tiny"]
+    make = lambda: ref.plan_trainer(ref.PLANS[2], tiny, "cpu")  # noqa: E731
+    assert ref.step_peak(make, 2, 64) == ref.fake_step_memory(make, 2, 64).peak
+    real = {k: ref.step_peak(lambda: Trainer(tiny, "fp32", "adamw", "none", "cpu"), 4, 64, k, fake=False)
+            for k in (1, 2, 3)}
+    assert real[1] < real[2] == real[3]
+
+
+@pytest.mark.parametrize("plan", [ref.PLANS[0], ref.PLANS[2], ref.PLANS[5]])
+def test_peak_extrapolated_from_one_and_two_layers_is_the_deep_models(plan):
+    import dataclasses
+    cfg = dataclasses.replace(COURSE_CONFIGS["tiny"], n_layers=5)
+    deep = ref.fake_step_memory(lambda: ref.plan_trainer(plan, cfg, "cpu"), 2, 64).peak
+    assert ref.extrapolated_peak(plan, cfg, 2, 64) == deep
+
+
+def test_card_memory_and_model_config():
+    assert ref.card_memory("T4") == memfit.hardware.profile_for("t4").total_memory
+    with pytest.raises(ValueError, match="unknown card"):
+        ref.card_memory("T5")
+    assert ref.model_config("llama-3.1-8b").n_layers == 32

@@ -524,3 +524,69 @@ def most_tokens(card_bytes: int, cfg, plan: str, predict=fake_peak) -> int:
         else:
             hi = mid - 1
     return lo * SEQ_STEP
+
+
+import contextlib
+import dataclasses
+
+from memfit.gpt import GPTConfig, HF_CONFIG_DIR
+from memfit.hardware import profile_for
+from memfit.meter import measure_peak
+from memfit.training import random_batch
+
+# each card's memory as its name gives it (torch.cuda reports a little less: HEADROOM leaves room for it)
+CARD_BYTES = {"T4": profile_for("t4").total_memory, "V100-16GB": profile_for("v100").total_memory,
+              "L4": 24 * 10**9, "RTX 4090": 24 * 2**30, "A100-40GB": 40 * 2**30,
+              "A100-80GB": profile_for("a100").total_memory, "H100": profile_for("h100").total_memory}
+
+
+def card_memory(card: str) -> int:
+    """Bytes of a card of CARD_BYTES, or of this machine's GPU for "this machine"."""
+    if card == "this machine":
+        if not torch.cuda.is_available():
+            raise ValueError(f"this machine has no GPU: name a card instead, one of {', '.join(CARD_BYTES)}")
+        return torch.cuda.get_device_properties(0).total_memory
+    if card not in CARD_BYTES:
+        raise ValueError(f"unknown card {card!r}: one of {', '.join(CARD_BYTES)}, or 'this machine'")
+    return CARD_BYTES[card]
+
+
+def model_config(model: str) -> GPTConfig:
+    """A shipped config by name (a file of memfit/hf_configs/ without .json), or a path to a config.json."""
+    shipped = HF_CONFIG_DIR / f"{model}.json"
+    return GPTConfig.from_hf_config(shipped if shipped.exists() else model)
+
+
+def accumulated_step(trainer, idx, targets, accum: int = 1) -> None:
+    """Trainer.step over `accum` micro-batches: forward and backward each (the gradients add up), then the
+    optimizer and zero_grad. accum = 1 is Trainer.step."""
+    for _ in range(accum):
+        with trainer.autocast():
+            loss = trainer.model(idx, targets) / accum
+        (trainer.scaler.scale(loss) if trainer.scaler else loss).backward()
+    if trainer.scaler:
+        trainer.scaler.step(trainer.optimizer)
+        trainer.scaler.update()
+    else:
+        trainer.optimizer.step()
+    trainer.optimizer.zero_grad(set_to_none=True)
+
+
+def step_peak(make_trainer, batch: int, seq: int, accum: int = 1, fake: bool = True) -> int:
+    """Peak bytes of one steady-state accumulated step (states included), on fake tensors unless fake=False.
+    Two micro-batches stand for any accum >= 2: every one after the first starts with all gradients alive."""
+    with FakeTensors() if fake else contextlib.nullcontext():
+        trainer = make_trainer()
+        idx, targets = random_batch(trainer.cfg, batch, seq, trainer.device)
+        accumulated_step(trainer, idx, targets, min(accum, 2))  # warm-up: the optimizer state
+        states = sum(trainer.state_bytes().values())
+        _, report = measure_peak(accumulated_step, trainer, idx, targets, min(accum, 2), device=trainer.device,
+                                 meter=LIVE_TENSORS, warmup=False)
+        return states + report.peak_bytes
+
+
+def extrapolated_peak(plan: str, cfg, batch: int, seq: int, accum: int = 1) -> int:
+    """A plan's predicted peak for cfg, from fake steps of 1 and 2 of its layers, extrapolated to cfg.n_layers."""
+    one, two = (step_peak(lambda: plan_trainer(plan, dataclasses.replace(cfg, n_layers=n), "cpu"), batch, seq, accum)
+                for n in (1, 2))
+    return one + (cfg.n_layers - 1) * (two - one)

@@ -449,7 +449,7 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
             "wrong": [_plan("plan_smallest_peak", REF, r"the first of PLANS, in their order"),
                       _plan("plan_strictly_below", REF, r"the first of PLANS, in their order"),
                       _plan("plan_no_headroom", REF, r"at most HEADROOM × card_bytes"),
-                      _plan("plan_predicts_every_plan", REF, r"predict was called 6 times, 1 are needed"),
+                      _plan("plan_predicts_every_plan", REF, r"predict was called 8 times, 1 are needed"),
                       _plan("plan_returns_name", REF, r"expected \{'plan'"),
                       _plan("plan_no_validation", REF, r"returned a value: raise ValueError"),
                       _plan(REF, "tokens_every_length", r"a bisection needs at most"),
