@@ -44,6 +44,7 @@ FULL_TIER = {  # test file: the tests of it (by name, and a substring of the nod
     "test_draws.py": [("test_a_right_entry_keeps_its_points_on_every_draw", "")],
     "test_notebooks.py": [("test_solution_runs_top_to_bottom", "")],
     "test_grading_scale.py": [("", "")],
+    "test_checks_fine_tune.py": [("test_each_plan_extrapolates_to_llama_8b_whole_depth", "")],
 }
 
 

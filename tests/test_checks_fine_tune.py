@@ -162,11 +162,11 @@ def test_the_visible_fake_cases_hold_a_model_over_the_real_bytes_limit_and_the_k
     assert any(c.formula and 2 * count_params(c.formula[0]) > 4 * checks.REAL_BYTES_LIMIT for c in visible)
 
 
-def test_step_peak_of_one_micro_batch_is_fake_step_memory_and_accumulation_peaks_once():
+def test_step_memory_of_one_micro_batch_is_fake_step_memory_and_accumulation_peaks_once():
     tiny = COURSE_CONFIGS["tiny"]
     make = lambda: ref.plan_trainer(ref.PLANS[2], tiny, "cpu")  # noqa: E731
-    assert ref.step_peak(make, 2, 64) == ref.fake_step_memory(make, 2, 64).peak
-    real = {k: ref.step_peak(lambda: Trainer(tiny, "fp32", "adamw", "none", "cpu"), 4, 64, k, fake=False)
+    assert ref.step_memory(make, 2, 64) == ref.fake_step_memory(make, 2, 64)
+    real = {k: ref.step_memory(lambda: Trainer(tiny, "fp32", "adamw", "none", "cpu"), 4, 64, k, fake=False).peak
             for k in (1, 2, 3)}
     assert real[1] < real[2] == real[3]
 
@@ -175,8 +175,8 @@ def test_step_peak_of_one_micro_batch_is_fake_step_memory_and_accumulation_peaks
 def test_peak_extrapolated_from_one_and_two_layers_is_the_deep_models(plan):
     import dataclasses
     cfg = dataclasses.replace(COURSE_CONFIGS["tiny"], n_layers=5)
-    deep = ref.fake_step_memory(lambda: ref.plan_trainer(plan, cfg, "cpu"), 2, 64).peak
-    assert ref.extrapolated_peak(plan, cfg, 2, 64) == deep
+    deep = ref.fake_step_memory(lambda: ref.plan_trainer(plan, cfg, "cpu"), 2, 64)
+    assert ref.plan_memory(plan, cfg, 2, 64) == deep
 
 
 def test_card_memory_and_model_config():
@@ -184,3 +184,18 @@ def test_card_memory_and_model_config():
     with pytest.raises(ValueError, match="unknown card"):
         ref.card_memory("T5")
     assert ref.model_config("llama-3.1-8b").n_layers == 32
+
+
+@pytest.mark.parametrize("plan", ref.PLANS)
+def test_each_plan_extrapolates_to_llama_8b_whole_depth_and_grows_no_faster_than_its_line(plan):
+    """What lesson 08 relies on for Llama-3.1-8B: each plan's peak from 1 and 2 layers is its 32 layers' within
+    4 MiB (sections 5, 7 and 8; the plans with the fused loss land 1.9 MiB above at 32,768 tokens), at 4,096 and 32,768 tokens; and between those lengths the peak lies on or under the
+    line through them (section 8's table reads the line: it must not promise a length that does not fit)."""
+    from memfit.gpt import LLAMA_3_1_8B
+    lengths = (4096, 16384, 32768)
+    line = {s: ref.plan_memory(plan, LLAMA_3_1_8B, 1, s).peak for s in lengths}
+    for s in (4096, 32768):
+        whole = ref.fake_step_memory(lambda: ref.plan_trainer(plan, LLAMA_3_1_8B, "cpu"), 1, s).peak
+        assert abs(line[s] - whole) <= 4 * 2**20, f"{plan} at {s} tokens: extrapolated {line[s]:,} B, whole depth {whole:,} B"
+    on_line = line[4096] + (line[32768] - line[4096]) * (16384 - 4096) / (32768 - 4096)
+    assert line[16384] <= on_line, f"{plan}: {line[16384]:,} B at 16,384 tokens, above the line's {on_line:,.0f} B"

@@ -405,6 +405,22 @@ def fake_step_memory(make_trainer, batch: int, seq: int):
         return measure_step(trainer, batch, seq, meter=LIVE_TENSORS)
 
 
+import dataclasses
+
+from memfit.training import StepMemory
+
+
+def depth_extrapolated(measure, cfg) -> StepMemory:
+    """cfg's StepMemory from measure(c), the StepMemory of the same step on c = cfg with 1 and with 2 layers: each
+    field is affine in the depth n, X(n) = X(1) + (n - 1) · (X(2) - X(1))."""
+    one, two = (measure(dataclasses.replace(cfg, n_layers=n)) for n in (1, 2))
+
+    def deep(x1: int, x2: int) -> int:
+        return x1 + (cfg.n_layers - 1) * (x2 - x1)
+    return StepMemory(peak=deep(one.peak, two.peak), states={k: deep(one.states[k], two.states[k]) for k in one.states},
+                      extra=deep(one.extra, two.extra), meter=one.meter)
+
+
 class offload_activations(torch.autograd.graph.saved_tensors_hooks):
     """Inside, each tensor autograd saves moves to pinned CPU memory, unless it is one of `model`'s parameters or
     buffers (already resident) or smaller than `min_bytes`, and comes back to its device when the backward needs it.
@@ -527,7 +543,6 @@ def most_tokens(card_bytes: int, cfg, plan: str, predict=fake_peak) -> int:
 
 
 import contextlib
-import dataclasses
 
 from memfit.gpt import GPTConfig, HF_CONFIG_DIR
 from memfit.hardware import profile_for
@@ -572,21 +587,20 @@ def accumulated_step(trainer, idx, targets, accum: int = 1) -> None:
     trainer.optimizer.zero_grad(set_to_none=True)
 
 
-def step_peak(make_trainer, batch: int, seq: int, accum: int = 1, fake: bool = True) -> int:
-    """Peak bytes of one steady-state accumulated step (states included), on fake tensors unless fake=False.
-    Two micro-batches stand for any accum >= 2: every one after the first starts with all gradients alive."""
+def step_memory(make_trainer, batch: int, seq: int, accum: int = 1, fake: bool = True) -> StepMemory:
+    """One steady-state accumulated step's StepMemory (its states and its peak, states included), on fake tensors
+    unless fake=False. Two micro-batches stand for any accum >= 2: every one after the first starts with all
+    gradients alive."""
     with FakeTensors() if fake else contextlib.nullcontext():
         trainer = make_trainer()
         idx, targets = random_batch(trainer.cfg, batch, seq, trainer.device)
         accumulated_step(trainer, idx, targets, min(accum, 2))  # warm-up: the optimizer state
-        states = sum(trainer.state_bytes().values())
+        states = trainer.state_bytes()
         _, report = measure_peak(accumulated_step, trainer, idx, targets, min(accum, 2), device=trainer.device,
                                  meter=LIVE_TENSORS, warmup=False)
-        return states + report.peak_bytes
+        return StepMemory(sum(states.values()) + report.peak_bytes, states, report.peak_bytes, report.meter)
 
 
-def extrapolated_peak(plan: str, cfg, batch: int, seq: int, accum: int = 1) -> int:
-    """A plan's predicted peak for cfg, from fake steps of 1 and 2 of its layers, extrapolated to cfg.n_layers."""
-    one, two = (step_peak(lambda: plan_trainer(plan, dataclasses.replace(cfg, n_layers=n), "cpu"), batch, seq, accum)
-                for n in (1, 2))
-    return one + (cfg.n_layers - 1) * (two - one)
+def plan_memory(plan: str, cfg, batch: int, seq: int, accum: int = 1) -> StepMemory:
+    """A plan's predicted StepMemory for cfg, from fake steps of 1 and 2 of its layers (section 5)."""
+    return depth_extrapolated(lambda c: step_memory(lambda: plan_trainer(plan, c, "cpu"), batch, seq, accum), cfg)

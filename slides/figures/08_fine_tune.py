@@ -168,7 +168,7 @@ def _recorded_peak(plan, cfg, seq):
     """The record's prediction, or where the record has none, the lesson's extrapolation from 1 and 2 layers."""
     if str(seq) in _recorded.get(plan, {}):
         return _recorded[plan][str(seq)]
-    return ref.extrapolated_peak(plan, cfg, 1, seq)
+    return ref.plan_memory(plan, cfg, 1, seq).peak
 
 
 plan_rows = []
