@@ -593,8 +593,9 @@ def step_memory(make_trainer, batch: int, seq: int, accum: int = 1, fake: bool =
     gradients alive."""
     with FakeTensors() if fake else contextlib.nullcontext():
         trainer = make_trainer()
+        # warm-up: the optimizer state, the same after any batch (one short sequence costs less to run)
+        accumulated_step(trainer, *random_batch(trainer.cfg, 1, min(seq, 16), trainer.device))
         idx, targets = random_batch(trainer.cfg, batch, seq, trainer.device)
-        accumulated_step(trainer, idx, targets, min(accum, 2))  # warm-up: the optimizer state
         states = trainer.state_bytes()
         _, report = measure_peak(accumulated_step, trainer, idx, targets, min(accum, 2), device=trainer.device,
                                  meter=LIVE_TENSORS, warmup=False)
