@@ -71,3 +71,18 @@ def test_entries_are_well_formed_and_exist(lesson):
 def test_the_issues_examples_are_registered(lesson, check, functions):
     """The mutants issue 10 names, each against the check it must fail."""
     assert functions in [entry.functions for entry in REGISTRY[lesson][check]["wrong"]]
+
+
+def test_a_held_out_blind_set_outside_the_repository_runs_as_the_blind_set_does(tmp_path, monkeypatch):
+    """BLIND_DIR: a held-out set (kept outside the repository, in tests/mutants/blind/'s form) is run by the same
+    runner: its entries are listed from its own BLIND table, and a wrong one loses its check's points."""
+    from tests.mutants.blind import run
+    (tmp_path / "first_kernel.py").write_text(
+        "def bytes_of_always_zero(t):\n    return 0\n\n"
+        "BLIND = {'bytes_of': {'wrong': ['bytes_of_always_zero'], 'right': []}}\n")
+    monkeypatch.setenv("BLIND_DIR", str(tmp_path))
+    listed = [(check.name, verdict, entry) for check, verdict, entry in run.entries("00_first_kernel")]
+    assert listed == [("bytes_of", "wrong", "bytes_of_always_zero")]
+    check = listed and next(c for c, _, _ in run.entries("00_first_kernel"))
+    outcome, _ = run.run_entry("00_first_kernel", check, "bytes_of_always_zero")
+    assert outcome in ("failed", "error")

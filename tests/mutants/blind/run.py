@@ -1,6 +1,7 @@
 """Run the blind set through the checks as the grader runs them (cases="all", MEMFIT_GRADING=1), in process.
 
     python -m tests.mutants.blind.run [LESSON ...] [--json FILE]
+    BLIND_DIR=/path/to/held-out python -m tests.mutants.blind.run [LESSON ...]   (a set kept outside the repository)
 
 prints, per lesson, each entry's outcome: a wrong entry "rejected" (CheckFailed, an error or a timeout: the
 points are lost) or "SLIPPED" (it kept the points); a right entry "kept" or "REJECTED"; GPU-only checks "skipped"
@@ -22,7 +23,19 @@ from course.lessons import topic
 from tests.mutants.registry import LESSONS, functions_of, label
 
 def blind_module(lesson: str):
-    return importlib.import_module(f"tests.mutants.blind.{topic(lesson)}")
+    """The lesson's blind set: tests/mutants/blind/<topic>.py, or <topic>.py of the folder BLIND_DIR names (a held-out
+    set kept outside the repository, in the same form)."""
+    folder = os.environ.get("BLIND_DIR")
+    if not folder:
+        return importlib.import_module(f"tests.mutants.blind.{topic(lesson)}")
+    import importlib.util
+    import sys
+    name = f"held_out_blind_{topic(lesson)}_{abs(hash(os.path.abspath(folder)))}"  # one module per folder
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{topic(lesson)}.py"))
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def entries(lesson: str):
