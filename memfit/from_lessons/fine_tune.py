@@ -448,9 +448,10 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
         super().__init__(pack, unpack)
 
 
-PLANS = ("full: amp, AdamW", "full: bf16, 8-bit AdamW, full recomputation, FlashAttention, fused loss", "LoRA r=16, bf16 base",
-         "LoRA r=16, bf16 base, full recomputation", "QLoRA r=16, NF4 base", "QLoRA r=16, NF4 base, full recomputation",
+PLANS = ("full: amp, AdamW", "full: bf16, 8-bit AdamW, full recomputation, FlashAttention, fused loss",
+         "LoRA r=16, bf16 base", "LoRA r=16, bf16 base, full recomputation",
          "LoRA r=16, bf16 base, full recomputation, FlashAttention, fused loss",
+         "QLoRA r=16, NF4 base", "QLoRA r=16, NF4 base, full recomputation",
          "QLoRA r=16, NF4 base, full recomputation, FlashAttention, fused loss")
 HEADROOM = 0.9  # of a card's memory a plan may use
 SEQ_STEP = 256  # most_tokens answers in multiples of this many tokens

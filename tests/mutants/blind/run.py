@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import signal
+import sys
 import time
 
 from autograder.checks import CheckFailed, CheckSkipped, checks_for
@@ -28,8 +30,6 @@ def blind_module(lesson: str):
     folder = os.environ.get("BLIND_DIR")
     if not folder:
         return importlib.import_module(f"tests.mutants.blind.{topic(lesson)}")
-    import importlib.util
-    import sys
     name = f"held_out_blind_{topic(lesson)}_{abs(hash(os.path.abspath(folder)))}"  # one module per folder
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{topic(lesson)}.py"))
