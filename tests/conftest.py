@@ -29,14 +29,16 @@ references.keep_computed()
 
 
 # The longest tests first, so that neither worker is left with one of them at the end while the other idles.
-LONGEST_FIRST = ("test_notebooks.py", "test_grading_scale.py", "test_grading.py", "test_slides.py")
+LONGEST_FIRST = ("test_notebooks.py", "test_grading_scale.py", "test_checks_kernel_fusion.py", "test_grading.py",
+                 "test_slides.py")
 
 
 # Two tiers. `make test` (a quarter of an hour on a 2-core machine) proves what every change can break: each
 # reference passes every case of its check, every wrong entry (registered and blind) loses its points with its
 # message, grading end to end, the seal, the layers, the lessons generated. `make test-all` (CI) adds the tier
 # marked `full` here: the grading matrix's configurations, every right entry keeping its points (registered, blind,
-# and over many draws), the notebooks top to bottom, a class graded at scale. Plain `pytest tests` runs both.
+# and over many draws), the notebooks top to bottom, a class graded at scale, every deck built and opened. Plain
+# `pytest tests` runs both.
 FULL_TIER = {  # test file: the tests of it (by name, and a substring of the node id where only some cases are)
     "test_grading_matrix.py": [("test_every_reference_earns_every_point_under_every_configuration", "")],
     "test_blind_mutants.py": [("test_blind_entry", "-right-")],
@@ -45,6 +47,8 @@ FULL_TIER = {  # test file: the tests of it (by name, and a substring of the nod
     "test_notebooks.py": [("test_solution_runs_top_to_bottom", "")],
     "test_grading_scale.py": [("", "")],
     "test_checks_fine_tune.py": [("test_each_plan_extrapolates_to_llama_8b_whole_depth", "")],
+    # every deck built and opened in a browser (minutes: each deck's figures run the lesson's code)
+    "test_slides.py": [("test_deck_renders_offline", ""), ("test_built_html_names_no_network", "")],
 }
 
 
