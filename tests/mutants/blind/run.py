@@ -18,11 +18,15 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 from autograder.checks import CheckFailed, CheckSkipped, checks_for
 from course.lessons import topic
 from tests.mutants.registry import LESSONS, functions_of, label
+
+_LOADING = threading.Lock()
+
 
 def blind_module(lesson: str):
     """The lesson's blind set: tests/mutants/blind/<topic>.py, or <topic>.py of the folder BLIND_DIR names (a held-out
@@ -31,10 +35,15 @@ def blind_module(lesson: str):
     if not folder:
         return importlib.import_module(f"tests.mutants.blind.{topic(lesson)}")
     name = f"held_out_blind_{topic(lesson)}_{abs(hash(os.path.abspath(folder)))}"  # one module per folder
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{topic(lesson)}.py"))
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with _LOADING:  # --isolate's threads list entries at once: none may see a module half executed
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{topic(lesson)}.py"))
+            sys.modules[name] = module = importlib.util.module_from_spec(spec)  # (dataclasses look it up)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
     return sys.modules[name]
 
 
