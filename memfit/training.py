@@ -74,12 +74,19 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.low_dtype)
 
-    def step(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        self.phase = "forward"
-        with self.autocast():
-            loss = self.model(idx, targets)
-        self.phase = "backward"
-        (self.scaler.scale(loss) if self.scaler else loss).backward()
+    def step(self, idx: torch.Tensor, targets: torch.Tensor, accum: int = 1) -> torch.Tensor:
+        """One optimizer step. With accum > 1, gradient accumulation: `accum` micro-batches of (idx, targets), a
+        forward and a backward each, each loss divided by accum so that the gradients add up to the mean's; the
+        gradients of the first stay alive through the others (lesson 08). Returns the last micro-batch's loss."""
+        if isinstance(accum, bool) or not isinstance(accum, int) or accum < 1:
+            raise ValueError(f"accum must be a positive int, not {accum!r}")
+        for _ in range(accum):
+            self.phase = "forward"
+            with self.autocast():
+                loss = self.model(idx, targets)
+            self.phase = "backward"
+            scaled = loss / accum if accum > 1 else loss
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         self.phase = "optimizer"
         if self.scaler:
             self.scaler.step(self.optimizer)

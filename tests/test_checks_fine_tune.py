@@ -8,7 +8,7 @@ import memfit
 import memfit.from_lessons.fine_tune as ref
 from autograder.checks import fine_tune as checks
 from memfit.gpt import COURSE_CONFIGS
-from memfit.training import Trainer
+from memfit.training import Trainer, random_batch
 
 
 @pytest.mark.parametrize("name, functions", [
@@ -169,6 +169,11 @@ def test_step_memory_of_one_micro_batch_is_fake_step_memory_and_accumulation_pea
     real = {k: ref.step_memory(lambda: Trainer(tiny, "fp32", "adamw", "none", "cpu"), 4, 64, k, fake=False).peak
             for k in (1, 2, 3)}
     assert real[1] < real[2] == real[3]
+    trainer = Trainer(tiny, "fp32", "sgd", "none", "cpu")
+    idx, targets = random_batch(tiny, 2, 16, "cpu")
+    for accum in (0, 1.0, True):
+        with pytest.raises(ValueError, match="accum must be a positive int"):
+            trainer.step(idx, targets, accum)
 
 
 @pytest.mark.parametrize("plan", [ref.PLANS[0], ref.PLANS[2], ref.PLANS[5]])

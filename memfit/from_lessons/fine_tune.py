@@ -573,21 +573,6 @@ def model_config(model: str) -> GPTConfig:
     return GPTConfig.from_hf_config(shipped if shipped.exists() else model)
 
 
-def accumulated_step(trainer, idx, targets, accum: int = 1) -> None:
-    """Trainer.step over `accum` micro-batches: forward and backward each (the gradients add up), then the
-    optimizer and zero_grad. accum = 1 is Trainer.step."""
-    for _ in range(accum):
-        with trainer.autocast():
-            loss = trainer.model(idx, targets) / accum
-        (trainer.scaler.scale(loss) if trainer.scaler else loss).backward()
-    if trainer.scaler:
-        trainer.scaler.step(trainer.optimizer)
-        trainer.scaler.update()
-    else:
-        trainer.optimizer.step()
-    trainer.optimizer.zero_grad(set_to_none=True)
-
-
 def step_memory(make_trainer, batch: int, seq: int, accum: int = 1, fake: bool = True) -> StepMemory:
     """One steady-state accumulated step's StepMemory (its states and its peak, states included), on fake tensors
     unless fake=False. Two micro-batches stand for any accum >= 2: every one after the first starts with all
@@ -595,10 +580,10 @@ def step_memory(make_trainer, batch: int, seq: int, accum: int = 1, fake: bool =
     with FakeTensors() if fake else contextlib.nullcontext():
         trainer = make_trainer()
         # warm-up: the optimizer state, the same after any batch (one short sequence costs less to run)
-        accumulated_step(trainer, *random_batch(trainer.cfg, 1, min(seq, 16), trainer.device))
+        trainer.step(*random_batch(trainer.cfg, 1, min(seq, 16), trainer.device))
         idx, targets = random_batch(trainer.cfg, batch, seq, trainer.device)
         states = trainer.state_bytes()
-        _, report = measure_peak(accumulated_step, trainer, idx, targets, min(accum, 2), device=trainer.device,
+        _, report = measure_peak(trainer.step, idx, targets, min(accum, 2), device=trainer.device,
                                  meter=LIVE_TENSORS, warmup=False)
         return StepMemory(sum(states.values()) + report.peak_bytes, states, report.peak_bytes, report.meter)
 
