@@ -116,6 +116,7 @@ def main(argv=None) -> int:
         print(f"{r['notebook']}: {r['seconds']:.1f} s, slowest cell {r['slowest']['cell']} "
               f"({r['slowest']['seconds']:.1f} s)", file=sys.stderr, flush=True)
     slug = "cpu" if facts["device"].startswith("CPU") else re.sub(r"[^a-z0-9]+", "-", facts["device"].lower()).strip("-")
+    args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"{slug}-{date}-notebooks{'-warm' if args.warm else ''}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(result))
