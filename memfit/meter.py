@@ -62,6 +62,19 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+_open_meters = 0  # meters entered and not yet left, in this process
+
+
+def meters_open() -> int:
+    """How many meters are measuring now (code that must not add allocations of its own asks)."""
+    return _open_meters
+
+
+def _count_open(change: int) -> None:
+    global _open_meters
+    _open_meters += change
+
+
 class LiveTensorMeter(TorchDispatchMode):
     """Counts the bytes of storages created while it is active, as long as they stay alive."""
 
@@ -81,12 +94,14 @@ class LiveTensorMeter(TorchDispatchMode):
     def __enter__(self):
         self._launches_free = _interpreter_launches_free(self)
         self._launches_free.__enter__()
+        _count_open(+1)
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
+            _count_open(-1)
             self._launches_free.__exit__(*exc)
 
     def reset_peak(self) -> None:
@@ -275,9 +290,11 @@ class CudaAllocatorMeter:
         _warm_up_cublas(self.device)
         self.base = self._read("current")
         self.workspace = self.base - before
+        _count_open(+1)
         return self
 
     def __exit__(self, *exc) -> bool:
+        _count_open(-1)
         return False
 
     @property

@@ -8,15 +8,16 @@ import pytest
 from autograder.checks import CheckFailed
 from autograder.checks import model_states as state_checks
 from autograder.checks.axes import uncovered
+from autograder.checks.contracts import in_decoy
 from course.notebook_loader import load_solution
 
 ref01 = load_solution("01_model_states")
 
 
 def counting(fn):
-    """fn, counting its calls."""
+    """fn, counting its calls (not the contracts' decoy calls before them)."""
     def wrapper(*args, **kwargs):
-        wrapper.calls += 1
+        wrapper.calls += not in_decoy()
         return fn(*args, **kwargs)
     wrapper.calls = 0
     wrapper.__name__ = fn.__name__

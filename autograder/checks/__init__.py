@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from autograder.answers import handed_to_graded_code
+from autograder.checks import contracts  # (imported before any notebook runs: it reads the solutions' signatures)
 from course.lessons import checks_module, topic
 
 CASES = ("visible", "hidden", "all")
@@ -83,10 +84,18 @@ class KernelSpec:
 
 
 def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
-    """Call learner code; turn a stub or an exception into a message a learner can act on."""
+    """Call learner code; turn a stub or an exception into a message a learner can act on. Every call keeps the
+    contracts of autograder/checks/contracts.py (no state between calls, a new result each call, no autograd graph
+    nobody asked for): decoy calls before the first calls at a new signature, and a look at what is returned."""
     what = what or f"{getattr(fn, '__name__', 'your function')}(...)"
     try:
-        return fn(*args, **kwargs)
+        decoys = contracts.run_decoys(fn, args, kwargs, _release)  # (autograder/checks/contracts.py: why)
+        result = fn(*args, **kwargs)
+        broken = contracts.broken_contract(fn, args, kwargs, result, decoys)
+        del decoys
+        if broken:
+            raise CheckFailed(f"{what} {broken}")
+        return result
     except NotImplementedError:
         raise NotImplementedYet(f"{getattr(fn, '__name__', 'this exercise')} is not implemented yet: "
                                 "replace the `raise NotImplementedError()` in its cell with your code") from None

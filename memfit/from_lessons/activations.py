@@ -41,7 +41,7 @@ def activation_bytes(cfg, batch: int, seq: int, precision: str = "amp", recomput
 
 
 def predict_peak(cfg, batch: int, seq: int, precision: str = "amp", optimizer: str = "adamw",
-                 recompute: str = "none") -> dict:
+                 recompute: str = "none") -> dict[str, int | str]:
     """Peak bytes of a steady-state training step of the course GPT, by category, and the moment of the peak."""
     if optimizer not in ("adamw", "sgd"):
         raise ValueError(f"optimizer must be 'adamw' or 'sgd', not {optimizer!r}")

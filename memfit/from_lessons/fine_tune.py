@@ -18,7 +18,7 @@ ADAPTER_BYTES = 4  # adapters and their gradients are fp32, whatever the base's 
 ADAM_STATE_BYTES = 8  # AdamW's m and v per adapter parameter, fp32
 
 
-def lora_state_bytes(cfg, r: int, targets=DEFAULT_TARGETS, base_dtype=torch.bfloat16) -> dict:
+def lora_state_bytes(cfg, r: int, targets=DEFAULT_TARGETS, base_dtype=torch.bfloat16) -> dict[str, int]:
     """Bytes of a LoRA fine-tune's parameters, gradients and AdamW's state, and the adapters' parameter count."""
     if isinstance(r, bool) or not isinstance(r, int) or r < 1:
         raise ValueError(f"r must be a positive int, not {r!r}")

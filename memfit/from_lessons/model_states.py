@@ -20,7 +20,7 @@ STATE_OPTIMIZERS = ("adamw", "sgd", "adamw8bit")
 BLOCK_8BIT = 256  # values per fp32 scale in an 8-bit optimizer state
 
 
-def state_bytes(n_params: int, precision: str = "amp", optimizer: str = "adamw") -> dict:
+def state_bytes(n_params: int, precision: str = "amp", optimizer: str = "adamw") -> dict[str, int]:
     """Bytes of the parameters, gradients and optimizer (master weights included) of a training recipe."""
     if precision not in STATE_PRECISIONS:
         raise ValueError(f"precision must be one of {STATE_PRECISIONS}, not {precision!r}")

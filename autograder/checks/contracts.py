@@ -1,0 +1,335 @@
+"""Contracts every call of learner code keeps, checked by call_learner for every check, without a case of their own.
+
+1. **No state between calls.** Before the first calls of a learner function at a new signature (the shapes, dtypes
+   and devices of its tensors, the other arguments' values), call_learner makes decoy calls first:
+   - with tensors among the arguments: one call on the same tensor objects and storages holding other values (each
+     floating-point tensor's elements shuffled), restored before the real call;
+   - with no tensor: one call per argument, that argument given another value of its kind (an int or a float
+     doubled, another dtype, every int field of a config doubled with its name kept), the others as given.
+   A function that keeps a result (a cache keyed by shape, by address, by id(), by a config's name, or by any part of
+   its arguments) then answers the real call with the decoy's result, and the check's own comparison fails it.
+2. **A new result each call.** No tensor, array, dict or list of the real call's result is (or shares memory with)
+   one of a decoy's results: a caller that changes one result would change the other.
+3. **No autograd graph nobody asked for.** When no argument requires grad, no tensor of the result does.
+4. **The kind of value the signature gives.** The exercise's `def` line (the solution notebook's, which the stub
+   repeats) says what comes back: `-> int` is an int (not a float, a bool or a NumPy integer), `-> dict[str, int]`
+   a dict whose values are ints, `-> tuple[int, int]` a tuple of two ints, `-> torch.Tensor` a tensor.
+
+Decoys are skipped where they would disturb what the check measures: while a memory meter or any TorchDispatchMode
+(FakeTensorMode, an operation recorder) is active. A decoy's exception, printed output and result are discarded.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import io
+import json
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+DECOYED_SIGNATURES = 2  # per learner function and process: the first signatures it is called at get decoys
+# Runtime state, rebound (never changed in place: the grading child's snapshot tells the two apart, autograder.sandbox)
+_decoyed: dict[int, frozenset] = {}  # id of a learner function -> the signatures it had decoys at
+_in_decoy = 0
+
+
+def in_decoy() -> bool:
+    """Whether the call now running is a decoy (for a test that counts the calls a check's cases make)."""
+    return _in_decoy > 0
+
+
+def _enter_decoy(change: int) -> None:
+    global _in_decoy
+    _in_decoy += change
+
+# Learner code lives in a notebook's namespace (or a test's module); the course's references in memfit.from_lessons.
+# Functions of the grader, of memfit's own machinery or of torch are the check's, not the learner's.
+_NOT_LEARNER = ("autograder", "memfit", "torch", "triton", "numpy", "builtins")
+
+
+def is_learner_function(fn: Callable) -> bool:
+    if getattr(fn, "__learner_call__", False):
+        return True
+    if isinstance(fn, type) or not hasattr(fn, "__code__"):  # classes, bound methods, builtins: stateful by design
+        return False
+    module = getattr(fn, "__module__", None) or ""
+    if module.startswith("memfit.from_lessons"):
+        return True
+    return not (module.split(".")[0] in _NOT_LEARNER)
+
+
+def _measuring() -> bool:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    from memfit.meter import meters_open
+    return meters_open() > 0 or _get_current_dispatch_mode() is not None
+
+
+def _signature(value: Any):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, value.device.type)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_signature(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _signature(v)) for k, v in value.items()))
+    if isinstance(value, (int, float, str, bool, type(None), torch.dtype)):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, repr(value))
+    return type(value).__name__
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor) and t.layout == torch.strided]
+
+
+_OTHER_DTYPE = {torch.float32: torch.bfloat16, torch.bfloat16: torch.float16, torch.float16: torch.float32,
+                torch.float64: torch.float32, torch.int8: torch.int32, torch.int32: torch.int64,
+                torch.int64: torch.int32, torch.uint8: torch.int8, torch.bool: torch.int8}
+
+
+def variant(value: Any) -> Any:
+    """Another value of the same kind, or None where there is none to make."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return None
+    if isinstance(value, int):
+        return 2 * value if value else 1
+    if isinstance(value, float):
+        return 1.5 * value if value else 1.0
+    if isinstance(value, torch.dtype):
+        return _OTHER_DTYPE.get(value, torch.float32)
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                        for v in value):
+        changed = [variant(v) for v in value]
+        return type(value)(changed) if not isinstance(value, torch.Size) else torch.Size(changed)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: 2 * getattr(value, f.name) for f in dataclasses.fields(value)
+                  if type(getattr(value, f.name)) is int and getattr(value, f.name) > 0}
+        if fields:
+            try:
+                return dataclasses.replace(value, **fields)
+            except Exception:  # (a config that validates its fields)
+                return None
+    return None
+
+
+@contextlib.contextmanager
+def _shuffled(tensors: list[torch.Tensor], seed: int):
+    """The floating-point tensors' elements shuffled in place (same objects, same storages), restored on exit."""
+    saved = []
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        try:
+            for t in tensors:
+                if not t.dtype.is_floating_point or t.numel() == 0:
+                    continue
+                original = t.detach().clone()
+                saved.append((t, original))
+                flat = original.reshape(-1)
+                order = torch.randperm(t.numel(), generator=generator).to(t.device)
+                # (one element, or all equal: a shuffle changes nothing, so halve and shift them, keeping signs)
+                other = flat[order] if t.numel() > 1 and bool((flat != flat[0]).any()) else flat * 0.5 + 0.25
+                t.detach().copy_(other.view(t.shape))
+            yield bool(saved)
+        finally:
+            for t, original in reversed(saved):
+                t.detach().copy_(original)
+
+
+def _decoy_calls(fn: Callable, args: tuple, kwargs: dict):
+    """Yield a context per decoy call: inside it, (args, kwargs) to call fn with."""
+    tensors = _tensors((args, kwargs))
+    if tensors:
+        @contextlib.contextmanager
+        def shuffled():
+            with _shuffled(tensors, seed=len(tensors)) as changed:
+                yield (args, kwargs) if changed else None
+        yield shuffled()
+        return
+    for i, value in enumerate(args):
+        other = variant(value)
+        if other is not None:
+            yield contextlib.nullcontext((args[:i] + (other,) + args[i + 1:], kwargs))
+    for key, value in kwargs.items():
+        other = variant(value)
+        if other is not None:
+            yield contextlib.nullcontext((args, {**kwargs, key: other}))
+
+
+def _wants_decoys(fn: Callable, args: tuple, kwargs: dict) -> bool:
+    if not is_learner_function(fn) or _measuring():
+        return False
+    global _decoyed
+    key = id(getattr(fn, "__func__", fn))
+    seen = _decoyed.get(key, frozenset())
+    try:
+        signature = hash(_signature((args, kwargs)))
+    except TypeError:
+        return False
+    if signature in seen or len(seen) >= DECOYED_SIGNATURES:
+        return False
+    _decoyed = {**_decoyed, key: seen | {signature}}
+    return True
+
+
+def run_decoys(fn: Callable, args: tuple, kwargs: dict, release: Callable[[BaseException], None]) -> list:
+    """The decoys' results (those that returned), after calling fn on each decoy of (args, kwargs)."""
+    if not _wants_decoys(fn, args, kwargs):
+        return []
+    results = []
+    for decoy in _decoy_calls(fn, args, kwargs):
+        with decoy as call:
+            if call is None:
+                continue
+            _enter_decoy(+1)
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    results.append(fn(*call[0], **call[1]))
+            except Exception as exc:  # the decoy's values may lie outside what the function accepts
+                release(exc)
+            finally:
+                _enter_decoy(-1)
+    return results
+
+
+def _objects(tree) -> list:
+    """The mutable objects of a result: tensors, NumPy arrays, dicts, lists and sets, at any depth."""
+    found, stack = [], [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (dict, list, set)):
+            found.append(item)
+            stack.extend(item.values() if isinstance(item, dict) else item)
+        elif isinstance(item, tuple):
+            stack.extend(item)
+        elif isinstance(item, torch.Tensor) or type(item).__module__ == "numpy" and hasattr(item, "__array__"):
+            found.append(item)
+    return found
+
+
+def _shares(a, b) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.layout == b.layout == torch.strided:
+        from autograder.checks.numerics import overlaps
+        return overlaps(a.detach(), b.detach())
+    return False
+
+
+def broken_contract(fn: Callable, args: tuple, kwargs: dict, result: Any, decoys: list) -> str | None:
+    """What the result breaks of contracts 2 and 3, in words for the learner; None when it keeps them."""
+    if not is_learner_function(fn):
+        return None
+    given = _objects((args, kwargs))
+    # (an argument handed back, an out= the exercise writes into, is the same object each call by design)
+    mine = [obj for obj in _objects(result) if not any(_shares(obj, arg) for arg in given)]
+    for earlier in decoys:
+        theirs = _objects(earlier)
+        for obj in mine:
+            if any(_shares(obj, other) for other in theirs):
+                kind = type(obj).__name__
+                return (f"returned a {kind} that an earlier call (other values in tensors of the same shapes, or "
+                        "other arguments) returned too, or memory it shares: return a new object each call, computed "
+                        "from this call's arguments, and keep no state between calls (a cache, a module-level variable)")
+    kind = wrong_kind(fn, result)
+    if kind:
+        return kind
+    inputs = _tensors((args, kwargs))
+    if torch.is_grad_enabled() and not any(t.requires_grad for t in inputs):
+        if any(t.requires_grad for t in _tensors(result)):
+            return ("returned a tensor that requires grad (an autograd graph attached), though no argument requires "
+                    "grad: compute the result without autograd (no requires_grad_(), or detach what you return)")
+    return None
+
+
+# ------------------------------------------------------------------------------ 4. the signature's kind
+
+def _declared_returns() -> dict[str, ast.expr]:
+    """{function name: its return annotation} of every module-level function of the solution notebooks, a name
+    two lessons define differently left out. Read once, at import: the grading child blocks those files later."""
+    from course.lessons import lessons, solution_path
+    found: dict[str, ast.expr] = {}
+    clashes: set[str] = set()
+    for lesson in lessons():
+        for cell in json.loads(solution_path(lesson).read_text())["cells"]:
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            if cell["cell_type"] != "code" or "def " not in source:
+                continue
+            try:
+                tree = ast.parse("\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))))
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                if isinstance(node, ast.FunctionDef) and node.returns is not None:
+                    if node.name in found and ast.dump(found[node.name]) != ast.dump(node.returns):
+                        clashes.add(node.name)
+                    found[node.name] = node.returns
+    return {name: returns for name, returns in found.items() if name not in clashes}
+
+
+try:
+    DECLARED_RETURNS = _declared_returns()
+except (OSError, ValueError, KeyError):  # (a checkout without the solution notebooks: nothing to compare with)
+    DECLARED_RETURNS = {}
+
+_SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def _kind_error(value: Any, annotation: ast.expr) -> str | None:
+    """Why value is not of the annotation's kind, or None (also for a kind this does not judge)."""
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):  # int | str
+        left, right = _kind_error(value, annotation.left), _kind_error(value, annotation.right)
+        return None if left is None or right is None else left
+    if isinstance(annotation, ast.Constant) and annotation.value is None:
+        return None if value is None else f"{type(value).__name__} {value!r} where None is declared"
+    if isinstance(annotation, ast.Name) and annotation.id in _SCALARS:
+        want = _SCALARS[annotation.id]
+        if want is int:
+            ok = type(value) is int
+        elif want is float:
+            ok = type(value) in (int, float)
+        else:
+            ok = type(value) is want
+        return None if ok else f"{type(value).__name__} {value!r} where {annotation.id} is declared"
+    if isinstance(annotation, ast.Attribute) and ast.unparse(annotation) == "torch.Tensor":
+        return None if isinstance(value, torch.Tensor) else f"{type(value).__name__} where a torch.Tensor is declared"
+    if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name):
+        outer, inner = annotation.value.id, annotation.slice
+        items = list(inner.elts) if isinstance(inner, ast.Tuple) else [inner]
+        if outer == "dict":
+            if not isinstance(value, dict):
+                return f"{type(value).__name__} where a dict is declared"
+            if len(items) == 2:
+                for key, item in value.items():
+                    why = _kind_error(item, items[1])
+                    if why:
+                        return f"{why} (the value of {key!r})"
+            return None
+        if outer in ("tuple", "list"):
+            if not isinstance(value, (tuple, list)):
+                return f"{type(value).__name__} where a {outer} is declared"
+            if outer == "tuple" and not (len(items) == 2 and isinstance(items[1], ast.Constant)
+                                         and items[1].value is Ellipsis):
+                if len(value) != len(items):
+                    return f"{len(value)} values where a tuple of {len(items)} is declared"
+                pairs = zip(value, items)
+            else:
+                pairs = ((item, items[0]) for item in value)
+            for i, (item, want) in enumerate(pairs):
+                why = _kind_error(item, want)
+                if why:
+                    return f"{why} (item {i})"
+            return None
+    return None
+
+
+def wrong_kind(fn: Callable, result: Any) -> str | None:
+    """The result against the return annotation of the exercise of the same name, in words; None when it agrees."""
+    annotation = DECLARED_RETURNS.get(getattr(fn, "__name__", ""))
+    if annotation is None or not is_learner_function(fn):
+        return None
+    why = _kind_error(result, annotation)
+    return None if why is None else (f"returned {why} by the exercise's signature "
+                                     f"(-> {ast.unparse(annotation)}): return exactly that kind of value")
