@@ -91,7 +91,7 @@ def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
     try:
         decoys = contracts.run_decoys(fn, args, kwargs, _release)  # (autograder/checks/contracts.py: why)
         result = fn(*args, **kwargs)
-        broken = contracts.broken_contract(fn, args, kwargs, result, decoys)
+        broken = contracts.broken_contract(fn, args, kwargs, result, decoys, what)
         del decoys
         if broken:
             raise CheckFailed(f"{what} {broken}")
@@ -118,9 +118,12 @@ def _release(exc: BaseException) -> None:
 
 
 def expect_value_error(fn: Callable, *args, what: str, why: str = "for it") -> None:
-    """fn(*args) must raise ValueError: bad arguments get a clear error, not a number or another exception."""
+    """fn(*args) must raise ValueError: bad arguments get a clear error, not a number or another exception, and
+    before anything is written into them (the tensors among the arguments hold the same bits after)."""
+    from autograder.checks.numerics import unchanged_arguments
     try:
-        fn(*args)
+        with unchanged_arguments(args, what):
+            fn(*args)
     except ValueError:
         return
     except NotImplementedError:

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import types
 from typing import Any, Callable
 
 import torch
@@ -53,7 +54,8 @@ _NOT_LEARNER = ("autograder", "memfit", "torch", "triton", "numpy", "builtins")
 def is_learner_function(fn: Callable) -> bool:
     if getattr(fn, "__learner_call__", False):
         return True
-    if isinstance(fn, type) or not hasattr(fn, "__code__"):  # classes, bound methods, builtins: stateful by design
+    # classes, bound methods (an optimizer's step), builtins: stateful by design, or not the learner's
+    if isinstance(fn, (type, types.MethodType)) or not hasattr(fn, "__code__"):
         return False
     module = getattr(fn, "__module__", None) or ""
     if module.startswith("memfit.from_lessons"):
@@ -148,18 +150,38 @@ def _decoy_calls(fn: Callable, args: tuple, kwargs: dict):
                 yield (args, kwargs) if changed else None
         yield shuffled()
         return
+    varied = False
     for i, value in enumerate(args):
         other = variant(value)
         if other is not None:
+            varied = True
             yield contextlib.nullcontext((args[:i] + (other,) + args[i + 1:], kwargs))
     for key, value in kwargs.items():
         other = variant(value)
         if other is not None:
+            varied = True
             yield contextlib.nullcontext((args, {**kwargs, key: other}))
+    if not varied:  # nothing to vary (no arguments, or none with another value): the same call, once before
+        yield contextlib.nullcontext((args, kwargs))
+
+
+def _plain(value: Any) -> bool:
+    """A value a decoy call cannot change for the real one: a tensor (restored after), a number, a string, a dtype,
+    a function, a frozen dataclass, or a tuple, list or dict of those. A module, an optimizer or any other object
+    the function may change in place (add_lora(model) adds adapters to it) is not: no decoy for such a call."""
+    if isinstance(value, (torch.Tensor, int, float, str, bool, type(None), torch.dtype, torch.device,
+                          types.FunctionType, types.BuiltinFunctionType)):
+        return True
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(_plain(v) for v in value.values())
+    params = getattr(type(value), "__dataclass_params__", None)
+    return bool(params is not None and params.frozen)
 
 
 def _wants_decoys(fn: Callable, args: tuple, kwargs: dict) -> bool:
-    if not is_learner_function(fn) or _measuring():
+    if not is_learner_function(fn) or _measuring() or not _plain((args, kwargs)):
         return False
     global _decoyed
     key = id(getattr(fn, "__func__", fn))
@@ -218,7 +240,7 @@ def _shares(a, b) -> bool:
     return False
 
 
-def broken_contract(fn: Callable, args: tuple, kwargs: dict, result: Any, decoys: list) -> str | None:
+def broken_contract(fn: Callable, args: tuple, kwargs: dict, result: Any, decoys: list, what: str = "") -> str | None:
     """What the result breaks of contracts 2 and 3, in words for the learner; None when it keeps them."""
     if not is_learner_function(fn):
         return None
@@ -233,7 +255,7 @@ def broken_contract(fn: Callable, args: tuple, kwargs: dict, result: Any, decoys
                 return (f"returned a {kind} that an earlier call (other values in tensors of the same shapes, or "
                         "other arguments) returned too, or memory it shares: return a new object each call, computed "
                         "from this call's arguments, and keep no state between calls (a cache, a module-level variable)")
-    kind = wrong_kind(fn, result)
+    kind = wrong_kind(fn, result, what)
     if kind:
         return kind
     inputs = _tensors((args, kwargs))
@@ -325,9 +347,10 @@ def _kind_error(value: Any, annotation: ast.expr) -> str | None:
     return None
 
 
-def wrong_kind(fn: Callable, result: Any) -> str | None:
-    """The result against the return annotation of the exercise of the same name, in words; None when it agrees."""
-    annotation = DECLARED_RETURNS.get(getattr(fn, "__name__", ""))
+def wrong_kind(fn: Callable, result: Any, what: str = "") -> str | None:
+    """The result against the return annotation of the exercise of the same name (the function's, else the one the
+    check's description of the call begins with), in words; None when it agrees."""
+    annotation = DECLARED_RETURNS.get(getattr(fn, "__name__", "")) or DECLARED_RETURNS.get(what.split("(")[0].strip())
     if annotation is None or not is_learner_function(fn):
         return None
     why = _kind_error(result, annotation)

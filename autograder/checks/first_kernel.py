@@ -18,7 +18,7 @@ import memfit
 from autograder.checks import Check, KernelSpec, CheckFailed, CheckSkipped, call_learner, check_cases, skip
 from autograder.checks.numerics import (_spans, assert_close_by_rule, call_pure, check_guards, dtype_name,
                                         expect_like, expect_no_torch_arithmetic, guarded_allocations, guarded_empty,
-                                        overlaps, seeded_generator)
+                                        overlaps, seeded_generator, unchanged_arguments)
 from memfit.meter import LIVE_TENSORS, LiveTensorMeter, format_bytes, measure_peak
 
 
@@ -307,7 +307,8 @@ def _check_refused(scaled_add, kind: str, seed: int) -> None:
             + ("" if out is None else f", out: {tuple(out.shape)} {dtype_name(out.dtype)}") + ")")
     kwargs = {} if out is None else {"out": out}
     try:
-        scaled_add(x, y, 0.5, **kwargs)
+        with unchanged_arguments((x, y, out), what):
+            scaled_add(x, y, 0.5, **kwargs)
     except ValueError:
         return
     except NotImplementedError:

@@ -227,6 +227,21 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
+@contextlib.contextmanager
+def unchanged_arguments(args, what: str):
+    """CheckFailed when the block (a call refusing its arguments, say) changed a tensor among `args`, even as it
+    raised: an argument is checked before anything is written into it."""
+    tensors = [t for t in _tensors(args) if t.device.type != "meta"]
+    before = [t.detach().clone() for t in tensors]
+    try:
+        yield
+    finally:
+        for i, (t, old) in enumerate(zip(tensors, before)):
+            if not _same_bits(t.detach(), old):
+                raise CheckFailed(f"{what}: tensor argument {i + 1} of {len(tensors)} was written into before the call "
+                                  "refused its arguments: check every argument before launching or writing anything")
+
+
 def call_pure(fn, *args, what: str, writable: tuple[str, ...] = (), **kwargs):
     """call_learner, then prove the call had no side effect on its inputs: every tensor argument (positional or
     keyword) holds the same bits as before, and no tensor of the result shares memory with one, except the

@@ -111,7 +111,7 @@ def _q4(quantize: str, message: str, visible: bool = False) -> Wrong:
 REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
     "00_first_kernel": {
         "bytes_of": {"wrong": [Wrong("bytes_of_assumes_fp32", "expected"), Wrong("bytes_of_counts_dims", "expected"),
-                               Wrong("bytes_of_returns_float", "should return an int")],
+                               Wrong("bytes_of_returns_float", "float .* where int is declared")],
                      "right": [Right("bytes_of_by_allocating")]},
         "scaled_add_numerics": _scaled_add(Wrong("scaled_add_no_store_mask", "past the end of an output"),
                                            Wrong("scaled_add_grid_floor", "never written"),
@@ -146,7 +146,7 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
                                   Wrong("state_bytes_case_insensitive", r"'AMP'.*returned a value.*case-sensitive",
                                         visible=True),
                                   Wrong("state_bytes_with_total", r"extra keys \['total'\]", visible=True),
-                                  Wrong("state_bytes_float_bytes", r"is a float .*return an int", visible=True)],
+                                  Wrong("state_bytes_float_bytes", r"float .* where int is declared", visible=True)],
                         "right": [Right("state_bytes_by_table")]},
         "state_bytes_measured": {"wrong": [Wrong("state_bytes_amp_in_half", "measured")],
                                  "right": [Right("state_bytes_by_table")]},
