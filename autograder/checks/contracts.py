@@ -167,10 +167,10 @@ def _decoy_calls(fn: Callable, args: tuple, kwargs: dict):
 
 def _plain(value: Any) -> bool:
     """A value a decoy call cannot change for the real one: a tensor (restored after), a number, a string, a dtype,
-    a function, a frozen dataclass, or a tuple, list or dict of those. A module, an optimizer or any other object
-    the function may change in place (add_lora(model) adds adapters to it) is not: no decoy for such a call."""
-    if isinstance(value, (torch.Tensor, int, float, str, bool, type(None), torch.dtype, torch.device,
-                          types.FunctionType, types.BuiltinFunctionType)):
+    a frozen dataclass, or a tuple, list or dict of those. A module, an optimizer or any other object the function
+    may change in place (add_lora(model) adds adapters to it) is not; nor is a function the check hands over (a
+    predictor, a factory): its cost and its calls are the check's. No decoy for such a call."""
+    if isinstance(value, (torch.Tensor, int, float, str, bool, type(None), torch.dtype, torch.device)):
         return True
     if isinstance(value, (tuple, list)):
         return all(_plain(v) for v in value)
