@@ -87,10 +87,12 @@ def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
     """Call learner code; turn a stub or an exception into a message a learner can act on. Every call keeps the
     contracts of autograder/checks/contracts.py (no state between calls, a new result each call, no autograd graph
     nobody asked for): decoy calls before the first calls at a new signature, and a look at what is returned."""
+    from autograder.checks.numerics import loads_in_bounds
     what = what or f"{getattr(fn, '__name__', 'your function')}(...)"
     try:
-        decoys = contracts.run_decoys(fn, args, kwargs, _release)  # (autograder/checks/contracts.py: why)
-        result = fn(*args, **kwargs)
+        with loads_in_bounds(what):
+            decoys = contracts.run_decoys(fn, args, kwargs, _release)  # (autograder/checks/contracts.py: why)
+            result = fn(*args, **kwargs)
         broken = contracts.broken_contract(fn, args, kwargs, result, decoys, what)
         del decoys
         if broken:

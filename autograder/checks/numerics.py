@@ -355,3 +355,59 @@ def guarded_allocations(what: str | None = None):
                                   f"{where} of a tensor of {tuple(t.shape)} ({dtype_name(t.dtype)}) that your code "
                                   f"allocated (out of bounds, at element {idx:,} of {n:,}): mask every load and store "
                                   "with the true size, and launch only the programs a partial last block needs")
+
+
+@contextlib.contextmanager
+def loads_in_bounds(what: str):
+    """In Triton's interpreter (a machine without a GPU), CheckFailed after the block when a kernel loaded an element
+    outside every tensor its launch was given: an unmasked load past a dimension's end, or programs launched past
+    the end of the data. A compiled kernel reading there reads another tensor's memory or faults; the interpreter
+    reads whatever lies there, so without this watch such a kernel passes on a CPU. Such a lane is not read (its mask
+    is cleared), so the run goes on as a compiled kernel's would. call_learner watches every call of learner code."""
+    import memfit
+    if not memfit.INTERPRETED:
+        yield
+        return
+    import numpy as np
+    from triton.runtime import interpreter
+    builder, executor = interpreter.interpreter_builder, interpreter.GridExecutor
+    launch, load = executor.__call__, builder.create_masked_load
+    spans: list[list[tuple[int, int]]] = [[]]
+    strays = [0]
+
+    def watched_launch(self, *args, **kwargs):
+        outer = spans[0]
+        spans[0] = [_spans(a) for a in list(args) + list(kwargs.values())
+                    if isinstance(a, torch.Tensor) and a.numel() > 0]
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            spans[0] = outer
+
+    def watched_load(ptrs, mask, other, *rest):
+        addresses = ptrs.data.astype(np.uint64)
+        inside = np.zeros(addresses.shape, dtype=bool)
+        for lo, hi in spans[0]:
+            inside |= (addresses >= np.uint64(lo)) & (addresses < np.uint64(hi))
+        live = np.broadcast_to(mask.data, addresses.shape)
+        outside = live & ~inside
+        if outside.any():
+            strays[0] += int(outside.sum())
+            mask = interpreter.TensorHandle(live & inside, mask.dtype)
+        return load(ptrs, mask, other, *rest)
+
+    own = vars(builder).get("create_masked_load")
+    executor.__call__, builder.create_masked_load = watched_launch, watched_load
+    try:
+        yield
+    finally:
+        executor.__call__ = launch
+        if own is None:
+            del builder.create_masked_load  # the instance attribute; the class's method shows again
+        else:
+            builder.create_masked_load = own
+    if strays[0]:
+        raise CheckFailed(f"{what}: your kernel loaded {strays[0]:,} elements outside every tensor its launch was "
+                          "given (reads out of bounds: a load past a dimension's end, or programs launched past the "
+                          "end of the data): mask every load with the true sizes, and launch only the programs the "
+                          "sizes need")
