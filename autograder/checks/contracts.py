@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_leaves
 
 DECOYED_SIGNATURES = 2  # per learner function and process: the first signatures it is called at get decoys
 # Runtime state, rebound (never changed in place: the grading child's snapshot tells the two apart, autograder.sandbox)
-_decoyed: dict[int, frozenset] = {}  # id of a learner function -> the signatures it had decoys at
+_decoyed: dict[tuple, frozenset] = {}  # a learner function's names -> the signatures it had decoys at
 _in_decoy = 0
 
 
@@ -184,7 +184,9 @@ def _wants_decoys(fn: Callable, args: tuple, kwargs: dict) -> bool:
     if not is_learner_function(fn) or _measuring() or not _plain((args, kwargs)):
         return False
     global _decoyed
-    key = id(getattr(fn, "__func__", fn))
+    # (by name, not id(): a wrapper made per call, as a check's forward of an autograd Function, dies and its id is
+    # reused, and a rerun must make the same decoys)
+    key = (getattr(fn, "__module__", None), getattr(fn, "__qualname__", None), getattr(fn, "__name__", None))
     seen = _decoyed.get(key, frozenset())
     try:
         signature = hash(_signature((args, kwargs)))
