@@ -66,7 +66,7 @@ def _cuda_broken(exc: BaseException | None) -> bool:
 
 def run_check(check, loaded, cases: str = "all") -> tuple[str, str]:
     """(status, message) of one check on a loaded notebook."""
-    from autograder.checks import CheckFailed, CheckSkipped, LearnerCodeError
+    from autograder.checks import CheckFailed, CheckSkipped, LearnerCodeError, contracts
     missing = [name for name in check.uses if not callable(getattr(loaded.module, name, None))]
     if missing:
         broken = "; ".join(map(str, loaded.errors))
@@ -79,6 +79,7 @@ def run_check(check, loaded, cases: str = "all") -> tuple[str, str]:
             return "error", reached
         answers.forget()
     try:
+        contracts.new_check()
         check.run(*functions, cases=cases)
         status, message = "passed", "passed"
     except CheckSkipped as exc:

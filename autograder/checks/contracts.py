@@ -42,6 +42,13 @@ def in_decoy() -> bool:
     return _in_decoy > 0
 
 
+def new_check() -> None:
+    """Each check its own decoys: the grader calls this before every check, so a check's grade does not depend on
+    which checks ran before it in the process (a rerun of the pending checks after a crash decides the same)."""
+    global _decoyed
+    _decoyed = {}
+
+
 def _enter_decoy(change: int) -> None:
     global _in_decoy
     _in_decoy += change

@@ -1,0 +1,120 @@
+"""The contracts of autograder/checks/contracts.py, through the checks as they are: a wrong implementation of each
+kind, made generically from the reference (no case written for it), loses the check's points through the shared
+harness; the reference keeps them; a rerun decides the same."""
+import functools
+
+import pytest
+import torch
+
+from autograder.checks import CheckFailed, checks_for, contracts
+from course.notebook_loader import load_solution
+
+# (lesson, check): checks whose learner functions take plain arguments (tensors, numbers, configs)
+PLAIN_CHECKS = [("00_first_kernel", "bytes_of"), ("00_first_kernel", "scaled_add_numerics"),
+                ("01_model_states", "count_params"), ("01_model_states", "state_bytes"),
+                ("02_activations", "activation_bytes"), ("02_activations", "predict_peak"),
+                ("06_fused_linear_ce", "cross_entropy_with_grad"), ("07_quantization", "q8_0")]
+
+
+def _check(lesson, name):
+    return next(c for c in checks_for(lesson) if c.name == name)
+
+
+def _shape_key(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if isinstance(value, (tuple, list)):
+        return tuple(_shape_key(v) for v in value)
+    return type(value).__name__  # every number, string or config alike: the key forgets the values
+
+
+def memo_by_shape(fn):
+    """Wrong: remembers its first result per argument shapes and types, whatever the values."""
+    memo = {}
+
+    @functools.wraps(fn)
+    def wrong(*args, **kwargs):
+        key = _shape_key((args, tuple(sorted(kwargs.items()))))
+        if key not in memo:
+            memo[key] = fn(*args, **kwargs)
+        return memo[key]
+    return wrong
+
+
+def returns_float(fn):
+    """Wrong: the right numbers, as floats where the signature says int."""
+    @functools.wraps(fn)
+    def wrong(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        if isinstance(result, dict):
+            return {k: float(v) if type(v) is int else v for k, v in result.items()}
+        return float(result) if type(result) is int else result
+    return wrong
+
+
+def _run(lesson, name, wrap=None):
+    contracts.new_check()  # as the grader does before each check
+    ref = load_solution(lesson)
+    check = _check(lesson, name)
+    fns = [getattr(ref, n) for n in check.uses]
+    if wrap:
+        fns = [wrap(f) for f in fns]
+    check.run(*fns, cases="visible")
+
+
+@pytest.mark.parametrize("lesson,name", PLAIN_CHECKS)
+def test_a_result_kept_between_calls_loses_the_points(lesson, name):
+    _run(lesson, name)  # the reference keeps them
+    with pytest.raises(CheckFailed):
+        _run(lesson, name, memo_by_shape)
+
+
+def _declares_int(lesson, name) -> bool:
+    import ast
+    declared = [contracts.DECLARED_RETURNS.get(use) for use in _check(lesson, name).uses]
+    return all(d is not None and "int" in ast.unparse(d) for d in declared)
+
+
+@pytest.mark.parametrize("lesson,name", [(l, n) for l, n in PLAIN_CHECKS if _declares_int(l, n)])
+def test_a_float_where_the_signature_says_int_loses_the_points(lesson, name):
+    with pytest.raises(CheckFailed, match="where int is declared"):
+        _run(lesson, name, returns_float)
+
+
+def test_a_shared_result_loses_the_points():
+    ref = load_solution("01_model_states")
+    shared = {}
+
+    def state_bytes(n_params, precision="amp", optimizer="adamw"):
+        shared.clear()
+        shared.update(ref.state_bytes(n_params, precision, optimizer))
+        return shared
+
+    with pytest.raises(CheckFailed, match="an earlier call"):
+        _check("01_model_states", "state_bytes").run(state_bytes, cases="visible")
+
+
+def test_a_graph_on_a_result_without_autograd_loses_the_points():
+    ref = load_solution("06_fused_linear_ce")
+
+    def cross_entropy_with_grad(logits, targets, *args, **kwargs):
+        loss, grad = ref.cross_entropy_with_grad(logits, targets, *args, **kwargs)
+        return loss + 0 * logits.detach().clone().requires_grad_().sum(), grad
+
+    with pytest.raises(CheckFailed, match="requires grad"):
+        _check("06_fused_linear_ce", "cross_entropy_with_grad").run(cross_entropy_with_grad, cases="visible")
+
+
+def test_decoys_are_the_same_on_a_rerun():
+    """Which calls get decoys depends on the function's names and the calls' signatures, never on addresses."""
+    ref = load_solution("00_first_kernel")
+    saved = contracts._decoyed
+    try:
+        made = []
+        for _ in range(2):
+            _run("00_first_kernel", "bytes_of")
+            made.append(sorted(map(str, contracts._decoyed.items())))
+        assert made[0] == made[1] and made[0]
+    finally:
+        contracts._decoyed = saved
+    assert ref.bytes_of((2, 3), torch.float32) == 24
