@@ -90,7 +90,8 @@ def _signature(value: Any):
     return type(value).__name__
 
 
-def _tensors(tree) -> list[torch.Tensor]:
+def tensors_in(tree) -> list[torch.Tensor]:
+    """The strided tensors anywhere in a tree of arguments or results (tuples, lists, dicts)."""
     return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor) and t.layout == torch.strided]
 
 
@@ -111,8 +112,7 @@ def variant(value: Any) -> Any:
         return _OTHER_DTYPE.get(value, torch.float32)
     if isinstance(value, (tuple, list)) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                         for v in value):
-        changed = [variant(v) for v in value]
-        return type(value)(changed) if not isinstance(value, torch.Size) else torch.Size(changed)
+        return type(value)(variant(v) for v in value)  # (a torch.Size stays one)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: 2 * getattr(value, f.name) for f in dataclasses.fields(value)
                   if type(getattr(value, f.name)) is int and getattr(value, f.name) > 0}
@@ -149,7 +149,7 @@ def _shuffled(tensors: list[torch.Tensor], seed: int):
 
 def _decoy_calls(fn: Callable, args: tuple, kwargs: dict):
     """Yield a context per decoy call: inside it, (args, kwargs) to call fn with."""
-    tensors = _tensors((args, kwargs))
+    tensors = tensors_in((args, kwargs))
     if tensors:
         @contextlib.contextmanager
         def shuffled():
@@ -267,9 +267,9 @@ def broken_contract(fn: Callable, args: tuple, kwargs: dict, result: Any, decoys
     kind = wrong_kind(fn, result, what)
     if kind:
         return kind
-    inputs = _tensors((args, kwargs))
+    inputs = tensors_in((args, kwargs))
     if torch.is_grad_enabled() and not any(t.requires_grad for t in inputs):
-        if any(t.requires_grad for t in _tensors(result)):
+        if any(t.requires_grad for t in tensors_in(result)):
             return ("returned a tensor that requires grad (an autograd graph attached), though no argument requires "
                     "grad: compute the result without autograd (no requires_grad_(), or detach what you return)")
     return None

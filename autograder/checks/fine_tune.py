@@ -19,7 +19,6 @@ from torch.utils._pytree import tree_leaves
 
 import memfit
 import memfit.from_lessons.fine_tune as reference  # imported before the grading child's guards go up
-from autograder.checks.contracts import in_decoy
 from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error
 from autograder.checks.numerics import (assert_close_by_rule, case_dtypes, dtype_name, expect_like, seeded_generator,
                                         seeded_randn, summation_bound)
@@ -791,8 +790,7 @@ class CountingPredictor:
         self.base, self.per_token, self.calls = base, per_token or {}, []
 
     def __call__(self, plan, cfg, seq):
-        if not in_decoy():  # (the contracts' decoy calls before the real one are not the learner's search)
-            self.calls.append((plan, seq))
+        self.calls.append((plan, seq))
         if plan not in self.base:
             raise CheckFailed(f"predict was called with plan={plan!r}: call it with the names of PLANS")
         return self.base[plan] + self.per_token.get(plan, 0) * seq

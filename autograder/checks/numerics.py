@@ -13,6 +13,7 @@ import torch
 
 import memfit
 from autograder.checks import CheckFailed
+from autograder.checks.contracts import tensors_in as _tensors
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -192,11 +193,6 @@ def poisoned_allocations():
 
 
 # ------------------------------------------------------------------------------- side effects and guards
-
-def _tensors(tree) -> list[torch.Tensor]:
-    from torch.utils._pytree import tree_leaves
-    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor) and t.layout == torch.strided]
-
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bitwise equality (NaN equals NaN, -0.0 differs from 0.0)."""
