@@ -6,6 +6,10 @@ import functools
 import pytest
 import torch
 
+import memfit  # (sets TRITON_INTERPRET on a machine without a GPU, before triton is imported)
+import triton
+import triton.language as tl
+
 from autograder.checks import CheckFailed, checks_for, contracts
 from course.notebook_loader import load_solution
 
@@ -118,3 +122,36 @@ def test_decoys_are_the_same_on_a_rerun():
     finally:
         contracts._decoyed = saved
     assert ref.bytes_of((2, 3), torch.float32) == 24
+
+
+# The load watch (numerics.loads_in_bounds, around every call of learner code in Triton's interpreter): a kernel that
+# reads its tensors through a table of pointers (one launch for many tensors: lesson 07's fused optimizer step) reads
+# inside them, and keeps its points; the same kernel reading past a tabled tensor's end does not.
+
+
+@triton.jit
+def _sum_through_table(table_ptr, sizes_ptr, out_ptr, BLOCK: tl.constexpr):
+    t = tl.program_id(0)
+    src = tl.load(table_ptr + t).to(tl.pointer_type(tl.float32))
+    offs = tl.arange(0, BLOCK)
+    values = tl.load(src + offs, mask=offs < tl.load(sizes_ptr + t), other=0.0)
+    tl.store(out_ptr + t, tl.sum(values, axis=0))
+
+
+def _sums_through_table(tensors, sizes):
+    table = torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64)
+    out = torch.empty(len(tensors))
+    _sum_through_table[(len(tensors),)](table, torch.tensor(sizes, dtype=torch.int32), out, BLOCK=64)
+    return out
+
+
+@pytest.mark.skipif(not memfit.INTERPRETED, reason="the watch runs in Triton's interpreter (a machine without a GPU)")
+def test_the_load_watch_lets_a_pointer_table_read_its_tensors_and_nothing_past_their_ends():
+    from autograder.checks.numerics import loads_in_bounds
+    tensors = [torch.randn(40), torch.randn(13)]
+    with loads_in_bounds("sums"):
+        got = _sums_through_table(tensors, [40, 13])
+    torch.testing.assert_close(got, torch.stack([t.sum() for t in tensors]))
+    with pytest.raises(CheckFailed, match="outside every tensor"):
+        with loads_in_bounds("sums"):
+            _sums_through_table(tensors, [40, 20])  # 7 elements past the second tensor's end

@@ -87,10 +87,9 @@ def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
     """Call learner code; turn a stub or an exception into a message a learner can act on. Every call keeps the
     contracts of autograder/checks/contracts.py (no state between calls, a new result each call, no autograd graph
     nobody asked for): decoy calls before the first calls at a new signature, and a look at what is returned."""
-    from autograder.checks.numerics import loads_in_bounds
     what = what or f"{getattr(fn, '__name__', 'your function')}(...)"
     try:
-        with loads_in_bounds(what):
+        with numerics.loads_in_bounds(what):
             decoys = contracts.run_decoys(fn, args, kwargs, _release)  # (autograder/checks/contracts.py: why)
             result = fn(*args, **kwargs)
         broken = contracts.broken_contract(fn, args, kwargs, result, decoys, what)
@@ -122,9 +121,8 @@ def _release(exc: BaseException) -> None:
 def expect_value_error(fn: Callable, *args, what: str, why: str = "for it") -> None:
     """fn(*args) must raise ValueError: bad arguments get a clear error, not a number or another exception, and
     before anything is written into them (the tensors among the arguments hold the same bits after)."""
-    from autograder.checks.numerics import unchanged_arguments
     try:
-        with unchanged_arguments(args, what):
+        with numerics.unchanged_arguments(args, what):
             fn(*args)
     except ValueError:
         return
@@ -188,3 +186,8 @@ class given_references:
             self.namespace[name] = value
         self.saved.clear()
         return False
+
+
+# Last, as it needs CheckFailed above; imported with the package, before any notebook runs: the grading child blocks
+# reading the grader's files while graded code runs, and call_learner uses it on every call.
+from autograder.checks import numerics  # noqa: E402

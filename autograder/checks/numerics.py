@@ -13,7 +13,7 @@ import torch
 
 import memfit
 from autograder.checks import CheckFailed
-from autograder.checks.contracts import tensors_in as _tensors
+from autograder.checks.contracts import overlaps, spans as _spans, tensors_in as _tensors  # (overlaps: re-exported)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -204,25 +204,6 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a, b)
 
 
-def _spans(t: torch.Tensor) -> tuple[int, int]:
-    """[first byte, last byte + 1) of the memory a tensor's elements occupy."""
-    if t.numel() == 0:
-        return (t.data_ptr(), t.data_ptr())
-    lo = hi = t.data_ptr()
-    for size, stride in zip(t.shape, t.stride()):
-        reach = (size - 1) * stride * t.element_size()
-        lo, hi = (lo + reach, hi) if reach < 0 else (lo, hi + reach)
-    return lo, hi + t.element_size()
-
-
-def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors' elements can share memory (same device, intersecting byte ranges)."""
-    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
-        return False
-    (a0, a1), (b0, b1) = _spans(a), _spans(b)
-    return a0 < b1 and b0 < a1
-
-
 @contextlib.contextmanager
 def unchanged_arguments(args, what: str):
     """CheckFailed when the block (a call refusing its arguments, say) changed a tensor among `args`, even as it
@@ -353,6 +334,49 @@ def guarded_allocations(what: str | None = None):
                                   "with the true size, and launch only the programs a partial last block needs")
 
 
+def _spans_of_tensors_at(tables: list[torch.Tensor]) -> list[tuple[int, int]]:
+    """The spans of the CPU tensors that start at an address one of `tables` holds: a kernel given a table of
+    pointers (one launch for many tensors) may read those tensors, and no byte past their ends. They are found among
+    the objects the garbage collector tracks, and (as a meter freezes older objects) among those the launching
+    frames reach."""
+    import gc
+    import sys
+    addresses = {int(a) for table in tables if table.numel() <= 1 << 20 for a in table.reshape(-1).tolist()}
+    if not addresses:
+        return []
+    found: dict[int, torch.Tensor] = {}
+    seen: set[int] = set()
+
+    def visit(obj, depth):
+        if id(obj) in seen or depth > 5:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            if obj.device.type == "cpu" and obj.numel() > 0 and obj.data_ptr() in addresses:
+                found[id(obj)] = obj
+            if obj.grad is not None if obj.is_leaf else False:
+                visit(obj.grad, depth + 1)
+            return
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                visit(key, depth + 1)
+                visit(value, depth + 1)
+        elif isinstance(obj, (list, tuple, set)):
+            for item in obj:
+                visit(item, depth + 1)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, type) and type(obj).__module__ != "builtins":
+            visit(vars(obj), depth + 1)
+
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor):
+            visit(obj, 0)
+    frame = sys._getframe(1)
+    while frame is not None:
+        visit(frame.f_locals, 0)
+        frame = frame.f_back
+    return [_spans(t) for t in found.values()]
+
+
 @contextlib.contextmanager
 def loads_in_bounds(what: str):
     """In Triton's interpreter (a machine without a GPU), CheckFailed after the block when a kernel loaded an element
@@ -368,25 +392,36 @@ def loads_in_bounds(what: str):
     from triton.runtime import interpreter
     builder, executor = interpreter.interpreter_builder, interpreter.GridExecutor
     launch, load = executor.__call__, builder.create_masked_load
-    spans: list[list[tuple[int, int]]] = [[]]
+    # per launch: [spans of its tensors, its 64-bit integer tensors (pointer tables, maybe), spans they point at]
+    launches: list[list] = [[[], [], None]]
     strays = [0]
 
     def watched_launch(self, *args, **kwargs):
-        outer = spans[0]
-        spans[0] = [_spans(a) for a in list(args) + list(kwargs.values())
-                    if isinstance(a, torch.Tensor) and a.numel() > 0]
+        given = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor) and a.numel() > 0]
+        tables = [a for a in given if a.dtype in (torch.int64, torch.uint64) and a.device.type == "cpu"]
+        launches.append([[_spans(a) for a in given], tables, None])
         try:
             return launch(self, *args, **kwargs)
         finally:
-            spans[0] = outer
+            launches.pop()
+
+    def within(addresses, spans):
+        inside = np.zeros(addresses.shape, dtype=bool)
+        for lo, hi in spans:
+            inside |= (addresses >= np.uint64(lo)) & (addresses < np.uint64(hi))
+        return inside
 
     def watched_load(ptrs, mask, other, *rest):
         addresses = ptrs.data.astype(np.uint64)
-        inside = np.zeros(addresses.shape, dtype=bool)
-        for lo, hi in spans[0]:
-            inside |= (addresses >= np.uint64(lo)) & (addresses < np.uint64(hi))
+        current = launches[-1]
+        inside = within(addresses, current[0])
         live = np.broadcast_to(mask.data, addresses.shape)
         outside = live & ~inside
+        if outside.any() and current[1]:  # a multi-tensor kernel reads tensors whose addresses a table holds
+            if current[2] is None:
+                current[2] = _spans_of_tensors_at(current[1])
+            inside |= within(addresses, current[2])
+            outside = live & ~inside
         if outside.any():
             strays[0] += int(outside.sum())
             mask = interpreter.TensorHandle(live & inside, mask.dtype)
