@@ -64,9 +64,11 @@ def _cuda_broken(exc: BaseException | None) -> bool:
     return False
 
 
-def run_check(check, loaded, cases: str = "all") -> tuple[str, str]:
-    """(status, message) of one check on a loaded notebook."""
-    from autograder.checks import CheckFailed, CheckSkipped, LearnerCodeError, contracts
+def run_check(check, loaded, cases: str = "all", as_the_notebook: bool = False) -> tuple[str, str]:
+    """(status, message) of one check on a loaded notebook (as_the_notebook: as its check cell runs it, the kernels
+    not compiled for a GPU). "refused": every case passed and a kernel does not compile for a GPU; the gradebook
+    records it as failed, with no note on visible or hidden cases (the check cell compiles nothing, and passes)."""
+    from autograder.checks import CheckFailed, CheckSkipped, KernelRefused, LearnerCodeError
     missing = [name for name in check.uses if not callable(getattr(loaded.module, name, None))]
     if missing:
         broken = "; ".join(map(str, loaded.errors))
@@ -79,14 +81,15 @@ def run_check(check, loaded, cases: str = "all") -> tuple[str, str]:
             return "error", reached
         answers.forget()
     try:
-        contracts.new_check()
-        check.run(*functions, cases=cases)
+        check.run(*functions, cases=cases, compile_kernels=not as_the_notebook)
         status, message = "passed", "passed"
     except CheckSkipped as exc:
         status, message = "skipped", str(exc)
     except LearnerCodeError as exc:  # a NameError may come from a cell that failed to run
         broken = "; ".join(map(str, loaded.errors))
         status, message = "error", str(exc) + (f" (Cells that failed to run: {broken})" if broken else "")
+    except KernelRefused as exc:
+        status, message = "refused", str(exc)
     except CheckFailed as exc:  # NotImplementedYet too
         status, message = "failed", str(exc)
     except BaseException as exc:  # noqa: BLE001  (SystemExit, KeyboardInterrupt from learner code too)
@@ -104,7 +107,7 @@ def visible_or_hidden(check, loaded, spent_s: float) -> str:
     limit = time_limit(check, os.environ.get("MEMFIT_CHECK_TIMEOUT_S"))
     if spent_s > limit / 3:
         return ""
-    status, _ = run_check(check, loaded, cases="visible")
+    status, _ = run_check(check, loaded, cases="visible", as_the_notebook=True)
     if status == "failed":
         return " (The notebook's check cell under the exercise fails too: it shows a visible case.)"
     if status == "passed":
@@ -284,6 +287,7 @@ def grade_checks(g: Grading, loaded, notes: dict[str, str]) -> int:
         status, message = run_check(g.checks[name], loaded)
         if status == "failed":
             message += visible_or_hidden(g.checks[name], loaded, time.monotonic() - started)
+        status = "failed" if status == "refused" else status
         tampered = sandbox.changes(g.before)
         if tampered:
             status, message = "error", tamper_message(tampered)

@@ -127,7 +127,7 @@ def parse_cell(source: str) -> dict[str, Binding]:
 def called_functions(check: Check) -> tuple[str, ...]:
     """The names in check.uses that the check's function refers to in its body: a check may be given a
     function it never calls (it measures with the reference's instead)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(check.run)))
+    tree = ast.parse(textwrap.dedent(inspect.getsource(check.body)))
     fn = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     params = [a.arg for a in fn.args.args][:len(check.uses)]
     loaded = {n.id for stmt in fn.body for n in ast.walk(stmt) if isinstance(n, ast.Name)}

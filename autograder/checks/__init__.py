@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from autograder.answers import handed_to_graded_code
-from autograder.checks import contracts  # (imported before any notebook runs: it reads the solutions' signatures)
+from autograder.checks import contracts, gpu_compile  # (imported before any notebook runs: it reads the solutions' signatures)
 from course.lessons import checks_module, topic
 
 CASES = ("visible", "hidden", "all")
@@ -24,6 +24,10 @@ CASES = ("visible", "hidden", "all")
 
 class CheckFailed(AssertionError):
     """The learner's answer is wrong; the message says how."""
+
+
+class KernelRefused(CheckFailed):
+    """Every case passed in Triton's interpreter, and a kernel does not compile for a GPU (gpu_compile.py)."""
 
 
 class NotImplementedYet(CheckFailed):
@@ -54,11 +58,24 @@ def skip(reason: str) -> None:
 class Check:
     name: str  # the grade_id of the notebook's test cell
     points: float
-    run: Callable[..., None]  # run(*learner_functions, cases=...)
+    body: Callable[..., None]  # body(*learner_functions, cases=...): the check's own cases
     uses: tuple[str, ...]  # names of the learner's functions it is given, in order
     needs_gpu: bool = False
     timeout_s: float = 120.0
     references: bool = False  # asks autograder.checks.references for values computed once per class
+
+    def run(self, *functions: Callable, cases: str = "all", compile_kernels: bool = True) -> None:
+        """The check as every caller runs it (the grader, the tests, the blind set): its cases through call_learner,
+        with decoys of its own (a grade does not depend on what ran before), then, where kernels ran in Triton's
+        interpreter, each learner kernel it launched compiled for the GPU targets (gpu_compile.py; not by the
+        notebook's own check cell, so compile_kernels=False runs the check as that cell does)."""
+        contracts.new_check()
+        gpu_compile.new_check()
+        with gpu_compile.recording_kernels():
+            self.body(*functions, cases=cases)
+        refused = gpu_compile.failures(self.name) if compile_kernels else None
+        if refused:
+            raise KernelRefused(refused)
 
 
 def time_limit(check: Check, override: str | None = None) -> float:
