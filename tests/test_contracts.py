@@ -155,3 +155,28 @@ def test_the_load_watch_lets_a_pointer_table_read_its_tensors_and_nothing_past_t
     with pytest.raises(CheckFailed, match="outside every tensor"):
         with loads_in_bounds("sums"):
             _sums_through_table(tensors, [40, 20])  # 7 elements past the second tensor's end
+
+
+def through_numpy(copy_first: bool):
+    """Each positional tensor argument goes through NumPy before the reference sees it: `.numpy()` on the tensor itself, which a
+    CUDA tensor refuses (wrong: valid on a CPU only), or on the copy `.cpu()` makes (right on any machine)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            def host(a):
+                if isinstance(a, torch.Tensor) and a.dtype in (torch.float32, torch.float16) and a.numel() \
+                        and a.is_contiguous():  # (a strided view is handed on: its layout is part of the case)
+                    return torch.from_numpy((a.cpu() if copy_first else a).detach().numpy())
+                return a
+            return fn(*map(host, args), **kwargs)  # (an out= keeps its identity: the result is written there)
+        return run
+    return wrap
+
+
+@pytest.mark.skipif(not memfit.INTERPRETED, reason="on a GPU the tensors are CUDA tensors: PyTorch refuses it there")
+@pytest.mark.parametrize("lesson,name", [("00_first_kernel", "scaled_add_numerics"),
+                                         ("04_kernel_fusion", "rmsnorm_forward"), ("07_quantization", "q8_0")])
+def test_an_argument_turned_into_numpy_loses_the_points_and_a_copy_of_it_does_not(lesson, name):
+    _run(lesson, name, through_numpy(copy_first=True))
+    with pytest.raises(CheckFailed, match="can't convert a tensor the check handed you to NumPy"):
+        _run(lesson, name, through_numpy(copy_first=False))

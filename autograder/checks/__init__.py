@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Callable
@@ -42,6 +43,7 @@ class CheckSkipped(Exception):
     """This machine cannot run the check (for example: it needs a GPU)."""
 
 
+_GRADER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 GRADING_ENV = "MEMFIT_GRADING"  # set by the grader's processes and by nbgrader_config.py
 
 
@@ -69,7 +71,7 @@ class Check:
         with decoys of its own (a grade does not depend on what ran before), then, where kernels ran in Triton's
         interpreter, each learner kernel it launched compiled for the GPU targets (gpu_compile.py; not by the
         notebook's own check cell, so compile_kernels=False runs the check as that cell does)."""
-        contracts.new_check()
+        contracts.new_check(inputs_on_a_gpu=bool(getattr(sys.modules.get(self.body.__module__), "KERNELS", None)))
         gpu_compile.new_check()
         with gpu_compile.recording_kernels():
             self.body(*functions, cases=cases)
@@ -106,7 +108,7 @@ def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
     nobody asked for): decoy calls before the first calls at a new signature, and a look at what is returned."""
     what = what or f"{getattr(fn, '__name__', 'your function')}(...)"
     try:
-        with numerics.loads_in_bounds(what):
+        with numerics.loads_in_bounds(what), contracts.host_boundary(args, kwargs):
             decoys = contracts.run_decoys(fn, args, kwargs, _release)  # (autograder/checks/contracts.py: why)
             result = fn(*args, **kwargs)
         broken = contracts.broken_contract(fn, args, kwargs, result, decoys, what)
@@ -120,7 +122,8 @@ def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
     except (CheckFailed, CheckSkipped):
         raise
     except Exception as exc:
-        where = traceback.extract_tb(exc.__traceback__)[-1]
+        frames = traceback.extract_tb(exc.__traceback__)  # the learner's line, not the grader's guard that raised
+        where = next((f for f in reversed(frames) if not f.filename.startswith(_GRADER_DIR)), frames[-1])
         message = f"{what} raised {type(exc).__name__}: {exc} (at {where.filename}, line {where.lineno})"
         _release(exc)
     raise LearnerCodeError(message)

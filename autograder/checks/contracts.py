@@ -35,6 +35,7 @@ DECOYED_SIGNATURES = 2  # per learner function and process: the first signatures
 # Runtime state, rebound (never changed in place: the grading child's snapshot tells the two apart, autograder.sandbox)
 _decoyed: dict[tuple, frozenset] = {}  # a learner function's names -> the signatures it had decoys at
 _in_decoy = 0
+_inputs_on_a_gpu = False
 
 
 def in_decoy() -> bool:
@@ -42,11 +43,59 @@ def in_decoy() -> bool:
     return _in_decoy > 0
 
 
-def new_check() -> None:
+def new_check(inputs_on_a_gpu: bool = False) -> None:
     """Each check its own decoys: the grader calls this before every check, so a check's grade does not depend on
-    which checks ran before it in the process (a rerun of the pending checks after a crash decides the same)."""
-    global _decoyed
+    which checks ran before it in the process (a rerun of the pending checks after a crash decides the same).
+    inputs_on_a_gpu: the check's tensors stand for a GPU's (a lesson of kernels), see host_boundary."""
+    global _decoyed, _inputs_on_a_gpu
     _decoyed = {}
+    _inputs_on_a_gpu = inputs_on_a_gpu
+
+
+@contextlib.contextmanager
+def host_boundary(args: tuple, kwargs: dict):
+    """What runs on a CPU is what runs on a GPU: where a check's tensors stand for a GPU's and the machine has none,
+    a tensor handed to learner code (or a view of one) cannot become a NumPy array, as a CUDA tensor cannot; `.cpu()`
+    and `.to("cpu")` of one give a copy, as they do on a GPU, which NumPy may take. Code that does the work in NumPy
+    on a CPU and in a kernel on a GPU is graded on what a GPU would run."""
+    import memfit
+    given = [t for t in tensors_in((args, kwargs)) if type(t) in (torch.Tensor, torch.nn.Parameter)
+             and t.layout == torch.strided and t.device.type == "cpu" and t.numel() > 0]  # (no fake or meta tensor)
+    if not (_inputs_on_a_gpu and memfit.INTERPRETED and given):
+        yield
+        return
+    Tensor = torch.Tensor
+    numpy, cpu, to = Tensor.numpy, Tensor.cpu, Tensor.to
+
+    def on_the_device(t) -> bool:
+        return t.device.type == "cpu" and t.numel() > 0 and any(overlaps(t, g) for g in given)
+
+    def guarded_numpy(self, *a, **k):
+        if on_the_device(self):
+            raise TypeError("can't convert a tensor the check handed you to NumPy: on a GPU it lives in device memory "
+                            "(what a GPU refuses, the grader refuses on a CPU too): compute with torch or in your "
+                            "kernel, or copy it to the host with .cpu() first")
+        return numpy(self, *a, **k)
+
+    def host_copy(t):  # host memory, which a GPU's meter does not count: made where no meter sees it
+        from torch.utils._python_dispatch import _disable_current_modes
+        with _disable_current_modes():
+            return t.clone()
+
+    def copying_cpu(self, *a, **k):
+        out = cpu(self, *a, **k)
+        return host_copy(out) if out is self or on_the_device(out) else out
+
+    def copying_to(self, *a, **k):
+        out = to(self, *a, **k)
+        named_cpu = any(str(x) == "cpu" for x in (*a, k.get("device")) if isinstance(x, (str, torch.device)))
+        return host_copy(out) if named_cpu and (out is self or on_the_device(out)) else out
+
+    Tensor.numpy, Tensor.cpu, Tensor.to = guarded_numpy, copying_cpu, copying_to
+    try:
+        yield
+    finally:
+        Tensor.numpy, Tensor.cpu, Tensor.to = numpy, cpu, to
 
 
 def _enter_decoy(change: int) -> None:
