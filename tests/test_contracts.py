@@ -2,6 +2,7 @@
 kind, made generically from the reference (no case written for it), loses the check's points through the shared
 harness; the reference keeps them; a rerun decides the same."""
 import functools
+import weakref
 
 import pytest
 import torch
@@ -180,3 +181,30 @@ def test_an_argument_turned_into_numpy_loses_the_points_and_a_copy_of_it_does_no
     _run(lesson, name, through_numpy(copy_first=True))
     with pytest.raises(CheckFailed, match="can't convert a tensor the check handed you to NumPy"):
         _run(lesson, name, through_numpy(copy_first=False))
+
+
+_KEPT: dict = {}
+
+
+def _reuses_its_buffer(x):
+    """Wrong: writes each result into the buffer it returned last time (a weak cache: the caller's reference is what
+    keeps it), so a second call overwrites the first call's result."""
+    ref = _KEPT.get(tuple(x.shape))
+    out = ref() if ref is not None else None
+    if out is None:
+        out = torch.empty_like(x)
+        _KEPT[tuple(x.shape)] = weakref.ref(out)
+    return torch.mul(x, 2.0, out=out)
+
+
+def test_a_result_an_earlier_call_returned_and_the_caller_holds_loses_the_points_under_a_meter_too():
+    from autograder.checks import call_learner
+    from memfit.meter import measure_peak
+    contracts.new_check()
+    x = torch.randn(64)
+    first, _ = measure_peak(lambda: call_learner(_reuses_its_buffer, x, what="twice"), device="cpu")
+    with pytest.raises(CheckFailed, match="an earlier call .* returned too"):
+        measure_peak(lambda: call_learner(_reuses_its_buffer, x * 3, what="twice"), device="cpu")
+    del first
+    contracts.new_check()  # a new check, or the first result dropped: nothing to compare with
+    measure_peak(lambda: call_learner(_reuses_its_buffer, x, what="twice"), device="cpu")

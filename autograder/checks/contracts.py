@@ -26,6 +26,7 @@ import dataclasses
 import io
 import json
 import types
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -36,6 +37,7 @@ DECOYED_SIGNATURES = 2  # per learner function and process: the first signatures
 _decoyed: dict[tuple, frozenset] = {}  # a learner function's names -> the signatures it had decoys at
 _in_decoy = 0
 _inputs_on_a_gpu = False
+_earlier: dict[tuple, list] = {}  # a learner function's names -> weak references to what its calls returned
 
 
 def in_decoy() -> bool:
@@ -47,8 +49,8 @@ def new_check(inputs_on_a_gpu: bool = False) -> None:
     """Each check its own decoys: the grader calls this before every check, so a check's grade does not depend on
     which checks ran before it in the process (a rerun of the pending checks after a crash decides the same).
     inputs_on_a_gpu: the check's tensors stand for a GPU's (a lesson of kernels), see host_boundary."""
-    global _decoyed, _inputs_on_a_gpu
-    _decoyed = {}
+    global _decoyed, _earlier, _inputs_on_a_gpu
+    _decoyed, _earlier = {}, {}
     _inputs_on_a_gpu = inputs_on_a_gpu
 
 
@@ -236,13 +238,17 @@ def _plain(value: Any) -> bool:
     return bool(params is not None and params.frozen)
 
 
+def _names(fn: Callable) -> tuple:
+    return getattr(fn, "__module__", None), getattr(fn, "__qualname__", None), getattr(fn, "__name__", None)
+
+
 def _wants_decoys(fn: Callable, args: tuple, kwargs: dict) -> bool:
     if not is_learner_function(fn) or _measuring() or not _plain((args, kwargs)):
         return False
     global _decoyed
     # (by name, not id(): a wrapper made per call, as a check's forward of an autograd Function, dies and its id is
     # reused, and a rerun must make the same decoys)
-    key = (getattr(fn, "__module__", None), getattr(fn, "__qualname__", None), getattr(fn, "__name__", None))
+    key = _names(fn)
     seen = _decoyed.get(key, frozenset())
     try:
         signature = hash(_signature((args, kwargs)))
@@ -316,6 +322,20 @@ def _shares(a, b) -> bool:
     return False
 
 
+def _remember(fn: Callable, results: list) -> None:
+    """Weak references to the tensors and arrays a call returned, for the later calls of the check to be compared
+    with (dicts and lists cannot be referenced weakly, and an id outlives its object)."""
+    global _earlier
+    refs = []
+    for obj in results:
+        try:
+            refs.append(weakref.ref(obj))
+        except TypeError:
+            continue
+    alive = [ref for ref in _earlier.get(_names(fn), ()) if ref() is not None]
+    _earlier = {**_earlier, _names(fn): (alive + refs)[-64:]}
+
+
 def broken_contract(fn: Callable, args: tuple, kwargs: dict, result: Any, decoys: list, what: str = "") -> str | None:
     """What the result breaks of contracts 2 and 3, in words for the learner; None when it keeps them."""
     if not is_learner_function(fn):
@@ -323,7 +343,11 @@ def broken_contract(fn: Callable, args: tuple, kwargs: dict, result: Any, decoys
     given = _objects((args, kwargs))
     # (an argument handed back, an out= the exercise writes into, is the same object each call by design)
     mine = [obj for obj in _objects(result) if not any(_shares(obj, arg) for arg in given)]
-    for earlier in decoys:
+    # the decoys' results, and the tensors and arrays earlier calls in this check returned that are still alive
+    # (under a meter there are no decoys; a result kept by the code, not the check, is alive by definition)
+    earlier_results = [*decoys, [ref() for ref in _earlier.get(_names(fn), ()) if ref() is not None]]
+    _remember(fn, mine)
+    for earlier in earlier_results:
         theirs = _objects(earlier)
         for obj in mine:
             if any(_shares(obj, other) for other in theirs):
