@@ -345,8 +345,11 @@ def broken_contract(fn: Callable, args: tuple, kwargs: dict, result: Any, decoys
     mine = [obj for obj in _objects(result) if not any(_shares(obj, arg) for arg in given)]
     # the decoys' results, and the tensors and arrays earlier calls in this check returned that are still alive
     # (under a meter there are no decoys; a result kept by the code, not the check, is alive by definition)
-    earlier_results = [*decoys, [ref() for ref in _earlier.get(_names(fn), ()) if ref() is not None]]
-    _remember(fn, mine)
+    # (only for plain arguments: what a call handed a model returns may be the model's own tensors, each call)
+    earlier_results = list(decoys)
+    if _plain((args, kwargs)):
+        earlier_results.append([ref() for ref in _earlier.get(_names(fn), ()) if ref() is not None])
+        _remember(fn, mine)
     for earlier in earlier_results:
         theirs = _objects(earlier)
         for obj in mine:
