@@ -90,7 +90,9 @@ def launch_signature(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict] |
 
 
 def _from_learner(fn) -> bool:
-    """A kernel of the code being graded: not the course's library (its references included) nor a package's."""
+    """A kernel of the code being graded: not the course's library (its references included) nor a package's. By file,
+    not contracts.is_learner_function, which counts memfit.from_lessons as learner code (a check may hand a
+    reference in as a learner's): a reference kernel is not graded, and the grading child may not read its source."""
     return not fn.__code__.co_filename.startswith(_NOT_LEARNERS)
 
 

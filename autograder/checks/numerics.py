@@ -354,7 +354,7 @@ def _spans_of_tensors_at(tables: list[torch.Tensor]) -> list[tuple[int, int]]:
         if isinstance(obj, torch.Tensor):
             if obj.device.type == "cpu" and obj.numel() > 0 and obj.data_ptr() in addresses:
                 found[id(obj)] = obj
-            if obj.grad is not None if obj.is_leaf else False:
+            if obj.is_leaf and obj.grad is not None:  # (a non-leaf's .grad warns and is None)
                 visit(obj.grad, depth + 1)
             return
         if isinstance(obj, dict):
