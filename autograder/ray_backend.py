@@ -34,7 +34,8 @@ def _grade_task(grade_file, student: str, lesson: str, name: str, data: bytes, p
         return [asdict(row) for row in rows]
 
 
-STARTUP_TRIES = 4  # a local cluster started again after Ray's fixed 30 s wait for its node ran out
+STARTUP_TRIES = 10  # a local cluster started again after Ray's fixed 30 s wait for its node ran out (4 were too few
+# under a load average of 9 on 2 cores: a run of seven other agents beside make test-all)
 
 
 def start_ray(ray, **init_args) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from autograder.answers import handed_to_graded_code
-from autograder.checks import contracts, gpu_compile  # (imported before any notebook runs: it reads the solutions' signatures)
+from autograder.checks import contracts, gpu_compile, host_memory  # (imported before any notebook runs: it reads the solutions' signatures)
 from course.lessons import checks_module, topic
 
 CASES = ("visible", "hidden", "all")
@@ -105,12 +105,14 @@ class KernelSpec:
 def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
     """Call learner code; turn a stub or an exception into a message a learner can act on. Every call keeps the
     contracts of autograder/checks/contracts.py (no state between calls, a new result each call, no autograd graph
-    nobody asked for): decoy calls before the first calls at a new signature, and a look at what is returned."""
+    nobody asked for): decoy calls before the first calls at a new signature, and a look at what is returned; under
+    a memory meter, no more host arrays than autograder/checks/host_memory.py allows."""
     what = what or f"{getattr(fn, '__name__', 'your function')}(...)"
     try:
         with numerics.loads_in_bounds(what), contracts.host_boundary(args, kwargs):
             decoys = contracts.run_decoys(fn, args, kwargs, _release)  # (autograder/checks/contracts.py: why)
-            result = fn(*args, **kwargs)
+            with host_memory.host_peak(what, _fail):  # under a memory meter: no tensor-sized work in NumPy
+                result = fn(*args, **kwargs)
         broken = contracts.broken_contract(fn, args, kwargs, result, decoys, what)
         del decoys
         if broken:
@@ -127,6 +129,10 @@ def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
         message = f"{what} raised {type(exc).__name__}: {exc} (at {where.filename}, line {where.lineno})"
         _release(exc)
     raise LearnerCodeError(message)
+
+
+def _fail(message: str) -> None:
+    raise CheckFailed(message)
 
 
 def _release(exc: BaseException) -> None:

@@ -266,10 +266,15 @@ def _check_layout(fmt: str, qt, w: torch.Tensor, what: str) -> Llama:
                           "the scales' store) or a division by zero in a block of zeros")
     ref = llama_quantize(fmt, w)
     expected = ref.scales.float()
-    off = got != expected  # a zero scale may carry either sign
+    # The format's bytes: a zero scale's sign too (llama.cpp's Q4_0 stores a block of +0s as d = +0 / -8 = -0)
+    off = qt.scales.detach().cpu().view(torch.int16) != ref.scales.view(torch.int16)
     if off.any():
         i = int(off.nonzero()[0])
         head = f"{what}: the scale of block {i} is {got[i].item():.6g}, expected {expected[i].item():.6g}"
+        if got[i] == expected[i]:  # zeros of opposite signs
+            raise CheckFailed(f"{head} (fp16 bytes {_fp16_hex(got[i])}, expected {_fp16_hex(expected[i])}): the "
+                              "format stores a scale's sign bit too; d = m / -8 in fp32 keeps the sign IEEE gives it, "
+                              "so a block whose m is +0 has d = -0")
         if fmt == "q8_0":
             why = ("d = absmax / 127 is never negative" if got[i] == -expected[i] else
                    f"absmax = {ref.m[i].item():.6g}, d = absmax / 127 computed in fp32, then stored in fp16")
@@ -286,6 +291,10 @@ def _check_layout(fmt: str, qt, w: torch.Tensor, what: str) -> Llama:
             why = f"m = {ref.m[i].item():.6g}, d = m / -8 computed in fp32, then stored in fp16"
         raise CheckFailed(f"{head} = fp16(m / -8), m the block's value of largest magnitude with its sign: {why}")
     return ref
+
+
+def _fp16_hex(value: torch.Tensor) -> str:
+    return f"0x{int(value.to(torch.float16).view(torch.int16)) & 0xFFFF:04x}"
 
 
 _CODE_HINTS = {

@@ -114,6 +114,7 @@ def _q4(w, pack, clamp=True, codes_from_fp16=False, positive_wins_ties=False, di
         m = torch.where(top >= -bottom, top, bottom)
     else:
         m = b.gather(1, (b.abs() == b.abs().amax(dim=1, keepdim=True)).int().argmax(dim=1, keepdim=True))[:, 0]
+    m = torch.where(m == 0, 0.0, m)  # a block of zeros, +0 and -0 alike: m = +0 (llama.cpp's scan starts there)
     d = m / -8
     dc = d.half().float() if codes_from_fp16 else d
     if divide:
