@@ -242,12 +242,13 @@ class SavedTensor:
     shape: tuple[int, ...]
     dtype: torch.dtype
     nbytes: int  # bytes of its whole storage (a saved view keeps all of it alive)
-    kind: str  # "activation", "parameter" (a weight saved by its own op) or "weight copy" (autocast's cast)
+    kind: str  # "activation", "parameter" (a weight saved by its own op), "weight copy" (autocast's cast) or "ctx
+    # attribute" (a tensor a custom Function kept as ctx.name = tensor, not through save_for_backward)
 
 
 def saved_tensors(model: GPT, idx: torch.Tensor, targets: torch.Tensor, autocast=None) -> list[SavedTensor]:
-    """Every distinct storage autograd saves during the forward pass of model(idx, targets),
-    attributed to the module that saved it. Run with recompute="none" (checkpointing saves through
+    """Every distinct storage autograd saves during the forward pass of model(idx, targets) (through
+    save_for_backward, or as an attribute of a custom Function's ctx), attributed to the module that saved it. Run with recompute="none" (checkpointing saves through
     its own hooks)."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, SavedTensor] = {}
@@ -260,19 +261,40 @@ def saved_tensors(model: GPT, idx: torch.Tensor, targets: torch.Tensor, autocast
     def post(module, _args, _out):
         stack.pop()
 
-    def pack(t: torch.Tensor):
+    def pack(t: torch.Tensor, module: str | None = None):
         ptr = t.untyped_storage().data_ptr()
         if ptr and ptr not in seen:
-            if ptr in params:
+            if module is not None:
+                kind = "ctx attribute"
+            elif ptr in params:
                 kind = "parameter"
             elif _is_weight_cast(t):
                 kind = "weight copy"
             else:
                 kind = "activation"
-            seen[ptr] = SavedTensor(stack[-1], tuple(t.shape), t.dtype, t.untyped_storage().nbytes(), kind)
+            seen[ptr] = SavedTensor(module or stack[-1], tuple(t.shape), t.dtype, t.untyped_storage().nbytes(), kind)
         return t
 
+    # A custom autograd.Function may also keep tensors as attributes of its ctx (ctx.x = x) rather than through
+    # save_for_backward: the graph holds them just the same, though no hook sees them (kind "ctx attribute", where
+    # no hook saw the storage first). After each module's forward,
+    # the graph behind its outputs not yet walked is its own (the innermost module's hook runs first).
+    walked: set = set()
+
+    def ctx_attributes(module, _args, out):
+        nodes = [t.grad_fn for t in _tensors_of(out) if t.grad_fn is not None]
+        while nodes:
+            node = nodes.pop()
+            if node is None or node in walked:
+                continue
+            walked.add(node)
+            for value in getattr(node, "__dict__", {}).values():  # a custom Function's ctx: its attributes
+                for t in _tensors_of(value):
+                    pack(t, names[module] or "model")
+            nodes += [fn for fn, _ in node.next_functions]
+
     handles = [m.register_forward_pre_hook(pre) for m in model.modules()]
+    handles += [m.register_forward_hook(ctx_attributes) for m in model.modules()]
     handles += [m.register_forward_hook(post) for m in model.modules()]
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), (autocast or contextlib.nullcontext()):
@@ -282,6 +304,18 @@ def saved_tensors(model: GPT, idx: torch.Tensor, targets: torch.Tensor, autocast
             h.remove()
     del loss
     return list(seen.values())
+
+
+def _tensors_of(value) -> list[torch.Tensor]:
+    """The tensors of a value: itself, or those of a tuple, list or dict of them (one level deep is what a ctx or a
+    module's output holds)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    if isinstance(value, dict):
+        return [v for v in value.values() if isinstance(v, torch.Tensor)]
+    return []
 
 
 def _is_weight_cast(t: torch.Tensor) -> bool:

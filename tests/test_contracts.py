@@ -208,3 +208,50 @@ def test_a_result_an_earlier_call_returned_and_the_caller_holds_loses_the_points
     del first
     contracts.new_check()  # a new check, or the first result dropped: nothing to compare with
     measure_peak(lambda: call_learner(_reuses_its_buffer, x, what="twice"), device="cpu")
+
+
+# ----------------------------------------------------------------------- 5. tensors for backward: save_for_backward
+
+def keeps_a_tensor_on_ctx(function_class):
+    """Wrong: the reference autograd.Function, which also keeps its first input as a ctx attribute."""
+    class KeepsOnCtx(function_class):
+        @staticmethod
+        def forward(ctx, *args):
+            out = function_class.forward(ctx, *args)
+            ctx.first_input = args[0]
+            return out
+    return KeepsOnCtx
+
+
+def test_a_tensor_kept_as_a_ctx_attribute_loses_the_points_of_the_function_s_check(monkeypatch):
+    monkeypatch.setenv("MEMFIT_GRADING", "1")
+    solution = load_solution("08_fine_tune")
+    check = _check("08_fine_tune", "lora_function")
+    with pytest.raises(CheckFailed, match=r"left a tensor in ctx\.first_input of KeepsOnCtx\.forward: keep the tensors"):
+        check.run(keeps_a_tensor_on_ctx(solution.LoRAFunction), cases="visible")
+
+
+def test_saved_tensors_lists_a_ctx_attribute_under_its_module():
+    from memfit.gpt import COURSE_CONFIGS, GPT
+    from memfit.training import random_batch, saved_tensors
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.x = x
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    class Doubler(torch.nn.Module):
+        def forward(self, x):
+            return Double.apply(x)
+
+    cfg = COURSE_CONFIGS["tiny"]
+    model = GPT(cfg)
+    model.blocks[0].norm1 = torch.nn.Sequential(model.blocks[0].norm1, Doubler())
+    idx, targets = random_batch(cfg, 1, 8, "cpu", seed=0)
+    on_ctx = [s for s in saved_tensors(model, idx, targets) if s.kind == "ctx attribute"]
+    assert [(s.module, s.shape) for s in on_ctx] == [("blocks.0.norm1.1", (1, 8, cfg.d_model))]

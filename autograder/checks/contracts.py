@@ -14,6 +14,9 @@
 4. **The kind of value the signature gives.** The exercise's `def` line (the solution notebook's, which the stub
    repeats) says what comes back: `-> int` is an int (not a float, a bool or a NumPy integer), `-> dict[str, int]`
    a dict whose values are ints, `-> tuple[int, int]` a tuple of two ints, `-> torch.Tensor` a tensor.
+5. **Tensors for backward through save_for_backward.** No custom autograd.Function of the learner's in the graph behind
+   a result keeps a tensor as a ctx attribute (ctx.x = x): no saved-tensor hook, and so no meter of what backward
+   keeps, would see it. memfit.training.saved_tensors lists such tensors as kind "ctx attribute".
 
 Decoys are skipped where they would disturb what the check measures: while a memory meter or any TorchDispatchMode
 (FakeTensorMode, an operation recorder) is active. A decoy's exception, printed output and result are discarded.
@@ -337,7 +340,10 @@ def _remember(fn: Callable, results: list) -> None:
 
 
 def broken_contract(fn: Callable, args: tuple, kwargs: dict, result: Any, decoys: list, what: str = "") -> str | None:
-    """What the result breaks of contracts 2 and 3, in words for the learner; None when it keeps them."""
+    """What the result breaks of contracts 2, 3 and 5, in words for the learner; None when it keeps them."""
+    kept = ctx_attribute_tensors(result)
+    if kept:
+        return kept
     if not is_learner_function(fn):
         return None
     given = _objects((args, kwargs))
@@ -366,6 +372,34 @@ def broken_contract(fn: Callable, args: tuple, kwargs: dict, result: Any, decoys
         if any(t.requires_grad for t in tensors_in(result)):
             return ("returned a tensor that requires grad (an autograd graph attached), though no argument requires "
                     "grad: compute the result without autograd (no requires_grad_(), or detach what you return)")
+    return None
+
+
+# ------------------------------------------------------------------------------ 5. save_for_backward
+
+_GRAPH_NODES_WALKED = 100_000  # a bound on the walk (a whole model's graph is a few thousand nodes)
+
+
+def ctx_attribute_tensors(result: Any) -> str | None:
+    """A learner's custom autograd.Function in the graph behind the result that keeps a tensor as an attribute of its
+    ctx (ctx.x = x) instead of through ctx.save_for_backward: the graph holds it all the same, but no saved-tensor hook
+    (the course's meter of what backward keeps, activation offload, checkpointing) sees it, and PyTorch cannot check it
+    was not changed in place before the backward."""
+    nodes = [t.grad_fn for t in tensors_in(result) if t.grad_fn is not None]
+    walked: set = set()
+    while nodes and len(walked) < _GRAPH_NODES_WALKED:
+        node = nodes.pop()
+        if node is None or node in walked:
+            continue
+        walked.add(node)
+        function = getattr(node, "_forward_cls", None)
+        if function is not None and (getattr(function, "__module__", "") or "").split(".")[0] not in _NOT_LEARNER:
+            for name, value in vars(node).items():
+                if tensors_in(value):
+                    return (f"left a tensor in ctx.{name} of {function.__name__}.forward: keep the tensors backward "
+                            "needs with ctx.save_for_backward(...) and read them back from ctx.saved_tensors (only "
+                            "numbers, shapes and flags as ctx attributes)")
+        nodes += [next_fn for next_fn, _ in node.next_functions]
     return None
 
 

@@ -515,10 +515,16 @@ def _train(model, cfg, steps: int, seed_base: int) -> list[float]:
 
 
 def _block0_activation_bytes(model, idx, targets) -> int:
-    """Bytes of the activations autograd saves in block 0 (memfit.training.saved_tensors, from lesson 02)."""
+    """Bytes of the activations autograd saves in block 0 (memfit.training.saved_tensors, from lesson 02); a tensor a
+    custom Function kept as a ctx attribute fails the check (autograder/checks/contracts.py, contract 5)."""
     from memfit.training import saved_tensors
-    return sum(s.nbytes for s in saved_tensors(model, idx, targets)
-               if s.module.startswith("blocks.0") and s.kind == "activation")
+    saved = saved_tensors(model, idx, targets)
+    on_ctx = [s for s in saved if s.kind == "ctx attribute"]
+    if on_ctx:
+        raise CheckFailed(f"a custom autograd.Function in {on_ctx[0].module} kept a tensor of shape {on_ctx[0].shape} "
+                          "as a ctx attribute: keep the tensors backward needs with ctx.save_for_backward(...) and "
+                          "read them back from ctx.saved_tensors (only numbers, shapes and flags as ctx attributes)")
+    return sum(s.nbytes for s in saved if s.module.startswith("blocks.0") and s.kind == "activation")
 
 
 @dataclass(frozen=True)
