@@ -841,7 +841,9 @@ class _FLCEDbUnscaled(_FLCE):
 
 
 class _FLCECtxAttrs(torch.autograd.Function):
-    """RIGHT variant: gradients kept as ctx attributes, scaled in place with a Python float."""
+    """Wrong since the course states contract 5 (lessons 00 and 06: tensors for backward through save_for_backward):
+    gradients kept as ctx attributes, scaled in place with a Python float. Written as a right variant, when the text
+    did not say it; the numbers and the memory are right."""
 
     @staticmethod
     def forward(ctx, x, weight, targets, bias, ignore_index, reduction, label_smoothing, softcap, fp32_dw):
@@ -986,12 +988,15 @@ BLIND = {
             "fused_linear_cross_entropy_drops_softcap",
             "fused_linear_cross_entropy_view_flatten",
             "fused_linear_cross_entropy_last_dim_only",
+            "fused_linear_cross_entropy_ctx_attrs",
         ],
-        "right": ["fused_linear_cross_entropy_ctx_attrs"],
+        "right": [],
     },
 }
 
 WHY = {
+    "fused_linear_cross_entropy_ctx_attrs":
+        "dX, dW and db kept as ctx attributes: the text asks for ctx.save_for_backward (lesson 00's contract 5)",
     "cross_entropy_with_grad_no_max_shift":
         "softmax/logsumexp without subtracting the row max: exp overflows to inf for logits above ~88 (the text "
         "says the pass needs 'the maximum and the sum of the exponentials')",
