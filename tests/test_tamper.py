@@ -317,7 +317,8 @@ def test_a_library_wrapping_its_own_function_is_not_a_change(monkeypatch):
     import functools
     import torch
     import torch._dynamo
-    before = sandbox.snapshot()
+    sandbox.learn_runtime_state()  # as the grader does first: the grader's runtime state is never compared (a weak
+    before = sandbox.snapshot()    # reference a check left in contracts._earlier may die meanwhile)
     seed = torch.manual_seed
     monkeypatch.setattr(torch, "manual_seed", torch._dynamo.disable(seed))
     monkeypatch.setattr(torch, "allclose", functools.lru_cache(torch.allclose))
