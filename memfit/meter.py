@@ -70,6 +70,11 @@ def meters_open() -> int:
     return _open_meters
 
 
+def measuring() -> bool:
+    """Whether measure_peak is running the call it measures now (not its warm-up)."""
+    return _measuring > 0
+
+
 def _count_open(change: int) -> None:
     global _open_meters
     _open_meters += change

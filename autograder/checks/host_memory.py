@@ -19,7 +19,7 @@ import contextlib
 import importlib
 import tracemalloc
 
-from memfit.meter import LiveTensorMeter, format_bytes, meters_open
+from memfit.meter import LiveTensorMeter, format_bytes, measuring
 
 HOST_ALLOWANCE = 256 * 1024  # bytes of NumPy arrays and Python buffers a measured call may hold at once
 
@@ -33,9 +33,9 @@ def _launchers():
 
 @contextlib.contextmanager
 def host_peak(what: str, on_excess):
-    """Trace the host allocations of the block when a memory meter measures it (and nothing traces already); after
+    """Trace the host allocations of the block when measure_peak measures it (and nothing traces already); after
     it, call on_excess(message) when their peak, outside Triton's launches, passed HOST_ALLOWANCE."""
-    if not meters_open() or tracemalloc.is_tracing():
+    if not measuring() or tracemalloc.is_tracing():  # (a warm-up call is not traced: tracing costs time)
         yield
         return
     peaks = [0]  # the most traced at once outside the left-out work, above the base
