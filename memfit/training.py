@@ -248,7 +248,8 @@ class SavedTensor:
 
 def saved_tensors(model: GPT, idx: torch.Tensor, targets: torch.Tensor, autocast=None) -> list[SavedTensor]:
     """Every distinct storage autograd saves during the forward pass of model(idx, targets) (through
-    save_for_backward, or as an attribute of a custom Function's ctx), attributed to the module that saved it. Run with recompute="none" (checkpointing saves through
+    save_for_backward, or as an attribute of a custom Function's ctx), attributed to the module that saved it.
+    Run with recompute="none" (checkpointing saves through
     its own hooks)."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, SavedTensor] = {}
@@ -282,16 +283,8 @@ def saved_tensors(model: GPT, idx: torch.Tensor, targets: torch.Tensor, autocast
     walked: set = set()
 
     def ctx_attributes(module, _args, out):
-        nodes = [t.grad_fn for t in _tensors_of(out) if t.grad_fn is not None]
-        while nodes:
-            node = nodes.pop()
-            if node is None or node in walked:
-                continue
-            walked.add(node)
-            for value in getattr(node, "__dict__", {}).values():  # a custom Function's ctx: its attributes
-                for t in _tensors_of(value):
-                    pack(t, names[module] or "model")
-            nodes += [fn for fn, _ in node.next_functions]
+        for _function, _name, t in ctx_attribute_tensors(_tensors_of(out), walked):
+            pack(t, names[module] or "model")
 
     handles = [m.register_forward_pre_hook(pre) for m in model.modules()]
     handles += [m.register_forward_hook(ctx_attributes) for m in model.modules()]
@@ -304,6 +297,25 @@ def saved_tensors(model: GPT, idx: torch.Tensor, targets: torch.Tensor, autocast
             h.remove()
     del loss
     return list(seen.values())
+
+
+def ctx_attribute_tensors(tensors, walked: set | None = None, limit: int = 100_000):
+    """(the custom autograd.Function, the attribute's name, the tensor) for every tensor a custom Function in the graph
+    behind `tensors` keeps as an attribute of its ctx (ctx.x = x), walking each graph node once (`walked`, shared
+    between calls, says which were) and at most `limit` nodes."""
+    walked = set() if walked is None else walked
+    nodes = [t.grad_fn for t in tensors if t.grad_fn is not None]
+    while nodes and len(walked) < limit:
+        node = nodes.pop()
+        if node is None or node in walked:
+            continue
+        walked.add(node)
+        function = getattr(node, "_forward_cls", None)  # set on a custom Function's node, which is its ctx
+        if function is not None:
+            for name, value in vars(node).items():
+                for t in _tensors_of(value):
+                    yield function, name, t
+        nodes += [next_fn for next_fn, _ in node.next_functions]
 
 
 def _tensors_of(value) -> list[torch.Tensor]:

@@ -35,6 +35,8 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_leaves
 
+from memfit.training import ctx_attribute_tensors as _kept_on_ctx  # (imported now: grader files are blocked later)
+
 DECOYED_SIGNATURES = 2  # per learner function and process: the first signatures it is called at get decoys
 # Runtime state, rebound (never changed in place: the grading child's snapshot tells the two apart, autograder.sandbox)
 _decoyed: dict[tuple, frozenset] = {}  # a learner function's names -> the signatures it had decoys at
@@ -377,29 +379,16 @@ def broken_contract(fn: Callable, args: tuple, kwargs: dict, result: Any, decoys
 
 # ------------------------------------------------------------------------------ 5. save_for_backward
 
-_GRAPH_NODES_WALKED = 100_000  # a bound on the walk (a whole model's graph is a few thousand nodes)
-
-
 def ctx_attribute_tensors(result: Any) -> str | None:
     """A learner's custom autograd.Function in the graph behind the result that keeps a tensor as an attribute of its
     ctx (ctx.x = x) instead of through ctx.save_for_backward: the graph holds it all the same, but no saved-tensor hook
     (the course's meter of what backward keeps, activation offload, checkpointing) sees it, and PyTorch cannot check it
     was not changed in place before the backward."""
-    nodes = [t.grad_fn for t in tensors_in(result) if t.grad_fn is not None]
-    walked: set = set()
-    while nodes and len(walked) < _GRAPH_NODES_WALKED:
-        node = nodes.pop()
-        if node is None or node in walked:
-            continue
-        walked.add(node)
-        function = getattr(node, "_forward_cls", None)
-        if function is not None and (getattr(function, "__module__", "") or "").split(".")[0] not in _NOT_LEARNER:
-            for name, value in vars(node).items():
-                if tensors_in(value):
-                    return (f"left a tensor in ctx.{name} of {function.__name__}.forward: keep the tensors backward "
-                            "needs with ctx.save_for_backward(...) and read them back from ctx.saved_tensors (only "
-                            "numbers, shapes and flags as ctx attributes)")
-        nodes += [next_fn for next_fn, _ in node.next_functions]
+    for function, name, _ in _kept_on_ctx(tensors_in(result)):
+        if (getattr(function, "__module__", "") or "").split(".")[0] not in _NOT_LEARNER:
+            return (f"left a tensor in ctx.{name} of {function.__name__}.forward: keep the tensors backward needs with "
+                    "ctx.save_for_backward(...) and read them back from ctx.saved_tensors (only numbers, shapes and "
+                    "flags as ctx attributes)")
     return None
 
 

@@ -3,7 +3,7 @@
 The course's meters count tensors (memfit.meter). A call can hide its memory from them by doing the work in another
 library: the N x V logits computed in NumPy on a host copy, a dequantized weight as an array. So while a meter
 measures, call_learner traces the process's host allocations (tracemalloc: NumPy's arrays and Python's own buffers)
-during the learner's call, and the most alive at once must stay under HOST_ALLOWANCE. Two kinds of work are left
+during the learner's call, and the most alive at once must stay under HOST_ALLOWANCE. Three kinds of work are left
 out, as the process's and not the call's: a Triton launch (a compile on a GPU, Triton's interpreter emulating the
 kernel's tiles on a CPU), a module's first import (PyTorch imports torch._dynamo, and sympy with it, on first use
 of some operations: tens of MiB of code objects), and each PyTorch operation the live-tensor meter sees (its own
@@ -34,7 +34,7 @@ def _launchers():
 @contextlib.contextmanager
 def host_peak(what: str, on_excess):
     """Trace the host allocations of the block when measure_peak measures it (and nothing traces already); after
-    it, call on_excess(message) when their peak, outside Triton's launches, passed HOST_ALLOWANCE."""
+    it, call on_excess(message) when their peak, outside the work left out (above), passed HOST_ALLOWANCE."""
     if not measuring() or tracemalloc.is_tracing():  # (a warm-up call is not traced: tracing costs time)
         yield
         return
