@@ -71,6 +71,29 @@ def test_a_triton_launch_and_a_first_import_are_the_process_s_not_the_call_s(tmp
         sys.modules.pop("freshly_imported_module", None)
 
 
+def test_an_array_held_across_a_launch_counts_with_one_made_after_it():
+    """Tracing pauses during a launch (its interpreter's allocations are not the call's and cost time to trace); what
+    was held when it paused is carried, so two arrays held together are their sum though a launch ran between."""
+    def across_a_launch(x):
+        first = np.ones(BIG // 2 // 8 + 64)
+        _double_kernel[(triton.cdiv(x.numel(), 1024),)](x, x.numel(), BLOCK=1024)
+        second = np.ones(BIG // 2 // 8 + 64)
+        return x + float(first[0] + second[0])
+    with pytest.raises(CheckFailed, match="held .* of NumPy arrays or Python buffers at once"):
+        _measured(across_a_launch, torch.ones(4096))
+
+
+def test_many_launches_with_small_python_objects_between_them_pass():
+    """A loop of launches keeps its arguments and tuples alive across each pause: they are not carried."""
+    def many_launches(x):
+        views = []
+        for row in range(300):
+            views.append((row, x[row]))
+            _double_kernel[(1,)](x[row], x.shape[1], BLOCK=16)
+        return x
+    _measured(many_launches, torch.ones(300, 16))
+
+
 # ----------------------------------------------------------------------------- through the checks as they are
 
 def _first_tensors(args, kwargs, count):
