@@ -1,5 +1,5 @@
 # Fitting LLM training into GPU memory: the course's commands.
-#   make lab [LAB_OPTS=...] | lab-instructor | test | test-all | test-draws | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [LESSON=NN] [WORKERS=N] [BACKEND=ray] [REGRADE=1] | export | lessons
+#   make lab [LAB_OPTS=...] | lab-instructor | test | test-all | test-draws | grade [NOTEBOOKS=DIR | SUBMISSIONS=DIR] [LESSON=NN] [WORKERS=N] [BACKEND=ray] [REGRADE=1] [SEED=N] | export | lessons
 #   | slides [DECKS="..."] | test-slides | bench | clean
 #   make zero-torchrun [NPROC=2] [STAGE=3] [OPTIMIZER=lessons/03_zero.ipynb::ZeroAdamW]   (lesson 03 under torchrun)
 # The first use of any target creates .venv with the pinned packages of requirements.txt.
@@ -24,6 +24,7 @@ LESSON ?=
 WORKERS ?= 0
 BACKEND ?= local
 REGRADE ?=
+SEED ?=
 GRADES ?= grades
 GRADE_SOURCE := $(if $(SUBMISSIONS),--submissions $(SUBMISSIONS),--notebooks $(or $(NOTEBOOKS),lessons))
 
@@ -93,7 +94,7 @@ test-slides: $(ENV_DEP) $(SLIDES_DEP)
 	$(RUN) -m pytest tests/test_slides.py -q -ra
 
 grade: $(ENV_DEP) $(if $(filter ray,$(BACKEND)),$(RAY_DEP))
-	$(RUN) -m autograder $(GRADE_SOURCE) $(if $(LESSON),--lessons $(LESSON)) --workers $(WORKERS) --backend $(BACKEND) --out $(GRADES) $(if $(REGRADE),--regrade)
+	$(RUN) -m autograder $(GRADE_SOURCE) $(if $(LESSON),--lessons $(LESSON)) --workers $(WORKERS) --backend $(BACKEND) --out $(GRADES) $(if $(REGRADE),--regrade) $(if $(SEED),--seed $(SEED))
 
 export: $(ENV_DEP)
 	$(RUN) -m autograder.export --gradebook $(GRADES)/gradebook.csv --nbgrader-csv $(GRADES)/nbgrader_export.csv \

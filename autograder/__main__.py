@@ -3,6 +3,7 @@
 --notebooks DIR     grade DIR/NN_topic.ipynb as one student, named after the folder (default: lessons)
 --submissions DIR   grade DIR/<student>/NN_topic.ipynb for every student
 --lessons NN ...    only these lessons' notebooks (make grade LESSON=06): a number or a notebook's name
+--seed N            the hidden seed of the drawn cases (make grade SEED=N); by default the gradebook's, or a new one
 Each student x lesson runs in a fresh process under the limits autograder/sandbox.py describes. A notebook
 already in the gradebook with the same bytes and the same grader keeps its rows, so an interrupted run
 restarts where it stopped (--regrade grades everything again).
@@ -54,6 +55,9 @@ def main(argv=None) -> int:
                              "names a running cluster, else a local one is started)")
     parser.add_argument("--ray-address", default=None, help="address of a running Ray cluster")
     parser.add_argument("--regrade", action="store_true", help="grade again notebooks the gradebook already has")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the hidden seed of the cases drawn from each exercise's domain (default: the "
+                             "gradebook's, so a regrade gives the same grades; a new gradebook draws one)")
     parser.add_argument("--memory-gib", type=float, default=None,
                         help="host memory per grading process (default: the machine's share per worker, at most 16)")
     args = parser.parse_args(argv)
@@ -95,7 +99,7 @@ def main(argv=None) -> int:
         print(f"error: --workers must be 0 (automatic) or more, not {args.workers}", file=sys.stderr)
         return 2
     jobs = grade(students, args.out, args.workers, backend=args.backend, regrade=args.regrade,
-                 memory_gib=args.memory_gib, ray_address=args.ray_address)
+                 memory_gib=args.memory_gib, ray_address=args.ray_address, seed=args.seed)
     print_summary(jobs, args.out)
     problems += [j.problem for j in jobs if j.problem]
     if problems:

@@ -8,8 +8,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-COLUMNS = ("student", "lesson", "check", "points", "max_points", "status", "message", "fingerprint")
-COLUMNS_V1 = COLUMNS[:-1]  # gradebooks written before fingerprints: read, then regraded
+COLUMNS = ("student", "lesson", "check", "points", "max_points", "status", "message", "fingerprint", "seed")
+COLUMNS_V2 = COLUMNS[:-1]  # gradebooks written before hidden seeds: read, then regraded (their fingerprints differ)
+COLUMNS_V1 = COLUMNS[:-2]  # gradebooks written before fingerprints: read, then regraded
 STATUSES = ("passed", "failed", "error", "timeout", "skipped")
 
 
@@ -22,7 +23,8 @@ class Row:
     max_points: float
     status: str
     message: str
-    fingerprint: str = ""  # the notebook's bytes and the grader's code (autograder.runner.fingerprint)
+    fingerprint: str = ""  # the notebook's bytes, the grader's code and the seed (autograder.runner.fingerprint)
+    seed: str = ""  # the hidden seed its drawn cases came from (autograder/checks/domain.py): a regrade reuses it
 
 
 class GradebookError(Exception):
@@ -35,6 +37,12 @@ def points(rows: list[Row]) -> tuple[float, float, float]:
             sum(r.max_points for r in rows if r.status == "skipped"))
 
 
+def hidden_seed(rows: list[Row]) -> int | None:
+    """The hidden seed the gradebook's rows were graded with (a class shares one), or None when none has one."""
+    seeds = [int(r.seed) for r in rows if r.seed.strip().lstrip("-").isdigit()]
+    return seeds[0] if seeds else None
+
+
 def read_strict(path: Path) -> list[Row]:
     """The rows (the columns in any order, with or without fingerprints), or GradebookError."""
     path = Path(path)
@@ -44,7 +52,7 @@ def read_strict(path: Path) -> list[Row]:
         with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             columns = tuple(reader.fieldnames or ())
-            if sorted(columns) not in (sorted(COLUMNS), sorted(COLUMNS_V1)):
+            if sorted(columns) not in (sorted(COLUMNS), sorted(COLUMNS_V2), sorted(COLUMNS_V1)):
                 raise GradebookError(f"{path}: not a gradebook (columns {', '.join(columns) or 'none'})")
             rows = []
             for r in reader:
@@ -53,7 +61,7 @@ def read_strict(path: Path) -> list[Row]:
                 if r["status"] not in STATUSES:
                     raise GradebookError(f"{path}: line {reader.line_num} has the unknown status {r['status']!r}")
                 rows.append(Row(r["student"], r["lesson"], r["check"], float(r["points"]), float(r["max_points"]),
-                                r["status"], r["message"], r.get("fingerprint") or ""))
+                                r["status"], r["message"], r.get("fingerprint") or "", r.get("seed") or ""))
             return rows
     except GradebookError:
         raise

@@ -84,7 +84,7 @@ def grade_on_ray(jobs, settings, progress, record, grade_file, address: str | No
             except Exception as exc:  # noqa: BLE001  (a worker lost: its rows say so, the run goes on)
                 job.rows = [Row(job.student, job.lesson, c.name, 0.0, c.points, "error",
                                 f"grader error, please report it: the Ray task failed ({type(exc).__name__})",
-                                job.fingerprint) for c in job.checks]
+                                job.fingerprint, str(settings.hidden_seed)) for c in job.checks]
             for row in job.rows:
                 progress(f"{job.student}/{job.lesson}:{row.check} {row.status}")
             record(job)

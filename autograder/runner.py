@@ -12,6 +12,7 @@ import hashlib
 import os
 import queue
 import select
+import secrets
 import signal
 import subprocess
 import sys
@@ -61,6 +62,7 @@ class Settings:
     out_dir: Path = Path("grades")
     references: dict[str, Path] = field(default_factory=dict)  # lesson -> its values of autograder.checks.references
     fork_server: bool = False  # fork children from a pre-imported process (autograder.forkserver; CPU machines)
+    hidden_seed: int = 0  # the drawn cases' seed (autograder/checks/domain.py), one per gradebook
 
 
 def _has_gpu() -> bool:
@@ -106,8 +108,8 @@ def _source_digest() -> str:
 GRADER_DIGEST = _source_digest()
 
 
-def fingerprint(notebook: Path) -> str:
-    h = hashlib.sha256(GRADER_DIGEST.encode())
+def fingerprint(notebook: Path, hidden_seed: int = 0) -> str:
+    h = hashlib.sha256(f"{GRADER_DIGEST} seed {hidden_seed}".encode())
     try:
         h.update(notebook.read_bytes())
     except OSError as exc:
@@ -125,9 +127,9 @@ def _checks_or_none(lesson: str) -> list[Check]:
         return []
 
 
-def plan(student: str, notebook: Path) -> Job:
+def plan(student: str, notebook: Path, hidden_seed: int = 0) -> Job:
     """What to grade in one notebook; a notebook that cannot be read becomes rows of errors."""
-    fp = fingerprint(notebook)
+    fp = fingerprint(notebook, hidden_seed)
     try:
         lesson = lesson_of(read_notebook(notebook), notebook)
     except NotebookError as exc:  # rows for the checks of the lesson its file name claims
@@ -227,7 +229,8 @@ def child_env(settings: Settings, gpu: str | None) -> dict[str, str]:
     """The environment of every grading child (and of the fork server, which must match it)."""
     threads = str(settings.limits.threads)
     env = course_env(MPLBACKEND="Agg", PYTHONHASHSEED="0", MEMFIT_THREADS=threads, OMP_NUM_THREADS=threads,
-                     MEMFIT_CELL_TIMEOUT_S=str(settings.cell_timeout_s), MEMFIT_GRADES_DIR=str(settings.out_dir.resolve()))
+                     MEMFIT_CELL_TIMEOUT_S=str(settings.cell_timeout_s), MEMFIT_GRADES_DIR=str(settings.out_dir.resolve()),
+                     MEMFIT_HIDDEN_SEED=str(settings.hidden_seed))
     if namespaces_of(settings).network:  # only loopback exists in the child's namespace: gloo must not pick the hostname's NIC
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     if settings.limits.gpu_fraction:
@@ -397,7 +400,7 @@ def grade_notebook(job: Job, settings: Settings, gpu: str | None = None, progres
             left = []
         pending = left
     return [Row(job.student, job.lesson, c.name, c.points if results[c.name][0] == "passed" else 0.0, c.points,
-                results[c.name][0], results[c.name][1], job.fingerprint) for c in job.checks]
+                results[c.name][0], results[c.name][1], job.fingerprint, str(settings.hidden_seed)) for c in job.checks]
 
 
 # ------------------------------------------------------------------------------------------ the class
@@ -486,11 +489,24 @@ def record(job: Job, out_dir: Path, lock: threading.Lock) -> None:
         feedback.write_feedback(out_dir / "feedback", job.student, job.lesson, job.rows)
 
 
+def class_seed(book: Path, seed: int | None) -> int:
+    """The hidden seed of this grading: the one asked for, else the gradebook's (a regrade draws the same cases,
+    so gives the same grades), else a new one for a new gradebook."""
+    if seed is not None:
+        return seed
+    kept = gradebook.hidden_seed(gradebook.read(book)) if book.exists() else None
+    return kept if kept is not None else secrets.randbelow(2**31)
+
+
 def grade(students: dict[str, list[Path]], out_dir: Path, workers: int, backend: str = "local",
-          regrade: bool = False, memory_gib: float | None = None, ray_address: str | None = None) -> list[Job]:
+          regrade: bool = False, memory_gib: float | None = None, ray_address: str | None = None,
+          seed: int | None = None) -> list[Job]:
     """Grade every student's notebooks; the gradebook is merged and written after each notebook."""
     settings = settings_for(workers, out_dir, memory_gib)
-    jobs = [plan(student, nb) for student, notebooks in students.items() for nb in notebooks]
+    settings.hidden_seed = class_seed(out_dir / "gradebook.csv", seed)
+    print(f"hidden seed {settings.hidden_seed} (the drawn cases; --seed {settings.hidden_seed} draws them again)",
+          file=sys.stderr)
+    jobs = [plan(student, nb, settings.hidden_seed) for student, notebooks in students.items() for nb in notebooks]
     if not regrade:
         reuse_graded(jobs, out_dir / "gradebook.csv")
     todo = [j for j in jobs if not j.reused]

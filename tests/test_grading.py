@@ -230,6 +230,29 @@ def test_a_fresh_interpreter_grades_as_the_fork_server_does(class_run, tmp_path)
             {k: (r["status"], r["message"]) for k, r in forked.items()}, student
 
 
+def test_the_hidden_seed_is_in_the_gradebook_and_a_regrade_draws_the_same_cases(class_run, tmp_path):
+    """Drawn cases (autograder/checks/domain.py) come from one hidden seed per gradebook, written on every row: a
+    regrade into that gradebook, or with --seed, reproduces every grade and message."""
+    rows = gradebook.read(class_run[1] / "gradebook.csv")
+    seeds = {r.seed for r in rows}
+    assert len(seeds) == 1 and seeds.pop().isdigit(), "every row carries the class's one hidden seed"
+    seed = int(rows[0].seed)
+    subs = tmp_path / "submissions"
+    students = ("perfect", "wrong_beyond_visible_sizes")
+    for student in students:
+        (subs / student).mkdir(parents=True)
+        (subs / student / f"{LESSON}.ipynb").write_bytes((class_run[2] / student / f"{LESSON}.ipynb").read_bytes())
+    out = tmp_path / "grades"
+    for args in (("--seed", seed), ("--regrade",)):  # asked for, then read back from the gradebook
+        proc = run_grader("--submissions", subs, "--workers", 2, "--out", out, *args,
+                          MEMFIT_CHECK_TIMEOUT_S=CHECK_LIMITS, MEMFIT_CELL_TIMEOUT_S="5")
+        assert proc.returncode == 0 and f"hidden seed {seed}" in proc.stderr, proc.stderr[-2000:]
+        for student in students:
+            again, first = rows_by(out, student), rows_by(class_run[1], student)
+            assert {k: (r["status"], r["message"], r["seed"]) for k, r in again.items()} == \
+                {k: (r["status"], r["message"], r["seed"]) for k, r in first.items()}, student
+
+
 def test_feedback_pages_exist(class_run):
     page = class_run[1] / "feedback" / "perfect" / f"{LESSON}.html"
     assert page.exists() and "scaled_add_numerics" in page.read_text()

@@ -16,6 +16,7 @@ import torch
 
 import memfit
 from autograder.checks import Check, KernelSpec, CheckFailed, CheckSkipped, call_learner, check_cases, skip
+from autograder.checks.domain import Choice, Sizes, grade_drawn
 from autograder.checks.numerics import (assert_close_by_rule, call_pure, check_guards, dtype_name,
                                         expect_like, expect_no_torch_arithmetic, guarded_allocations, guarded_empty,
                                         overlaps, seeded_generator, unchanged_arguments)
@@ -275,6 +276,27 @@ def _check_refused(scaled_add, kind: str, seed: int) -> None:
     raise CheckFailed(f"{what} returned a value: check the inputs before launching and raise ValueError when {kind}")
 
 
+def add_domain() -> dict:
+    """Every valid call the exercise allows: any rank, sizes around the block, each dtype, alpha, operand layout and
+    magnitude (autograder/checks/domain.py draws hidden cases from it)."""
+    b = _block()
+    return {"n": Sizes(1, 3 * b + 7, edges=(1, 2, b - 1, b, b + 1, 2 * b + 1)), "rank": Choice(1, 2, 3, 0),
+            "lead": Sizes(1, 6), "dtype": Choice(*range(len(memfit.profile().dtypes))),
+            "alpha": Choice("positive", "negative", "zero"), "operands": Choice(*OPERANDS),
+            "magnitude": Choice(*MAGNITUDES)}
+
+
+def _drawn_add_case(case: dict) -> AddCase:
+    if case["operands"] == "strides differ on a size-1 dim":
+        shape = (case["n"], 1)
+    else:
+        shape = {0: (), 1: (case["n"],), 2: (case["lead"], case["n"]), 3: (case["lead"], 2, case["n"])}[case["rank"]]
+    return AddCase(shape, case["dtype"], case["alpha"], case["operands"], case["magnitude"])
+
+
+DRAWN_ADD_CASES = 8
+
+
 def check_scaled_add_numerics(scaled_add, cases: str = "visible") -> None:
     earlier: dict = {}
     for seed, case in enumerate(_plan(_add_cases(), cases)):
@@ -282,6 +304,12 @@ def check_scaled_add_numerics(scaled_add, cases: str = "visible") -> None:
         _check_one(scaled_add, x, y, alpha, _describe(case.shape, case.dtype(), alpha, case.operands), earlier)
     for seed, case in enumerate(_plan(INVALID_CASES, cases)):
         _check_refused(scaled_add, case.kind, seed)
+    if check_cases(cases)[1]:
+        def check_one(drawn: dict) -> None:
+            case = _drawn_add_case(drawn)
+            x, y, alpha = _operands(case, drawn["seed"])
+            _check_one(scaled_add, x, y, alpha, _describe(case.shape, case.dtype(), alpha, case.operands))
+        grade_drawn(add_domain(), "scaled_add_numerics", DRAWN_ADD_CASES, check_one)
 
 
 # ------------------------------------------------------------------------------------- memory

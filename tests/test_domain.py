@@ -1,0 +1,89 @@
+"""autograder/checks/domain.py: cases drawn from an exercise's domain with the class's hidden seed, the same on every
+rerun; a failing drawn case shrunk to a smaller one that fails, shown with its own message."""
+import pytest
+
+from autograder.checks import CheckFailed, LearnerCodeError, NotImplementedYet, checks_for
+from autograder.checks.domain import (HIDDEN_SEED_ENV, MAX_SHRINK_STEPS, Choice, Impossible, Sizes, draws,
+                                      grade_drawn, shrink)
+from course.notebook_loader import load_solution
+
+DOMAIN = {"n": Sizes(1, 5000, edges=(1, 1023, 1024, 1025)), "dtype": Choice("float32", "float16", "bfloat16"),
+          "rank": Choice(1, 2, 3)}
+
+
+def test_a_draw_is_the_same_for_the_same_seed_and_differs_for_another(monkeypatch):
+    monkeypatch.setenv(HIDDEN_SEED_ENV, "7")
+    first = list(draws(DOMAIN, "some_check", 20))
+    assert first == list(draws(DOMAIN, "some_check", 20, seed=7))
+    assert first != list(draws(DOMAIN, "some_check", 20, seed=8))
+    assert first != list(draws(DOMAIN, "another_check", 20))
+    assert all(1 <= c["n"] <= 5000 and c["dtype"] in DOMAIN["dtype"].values for c in first)
+
+
+def test_draws_reach_the_whole_range_and_its_edges():
+    seen = [c["n"] for c in draws(DOMAIN, "some_check", 400, seed=1)]
+    assert {1, 1023, 1024, 1025} <= set(seen)
+    assert min(seen) == 1 and max(seen) > 2500
+    assert {c["dtype"] for c in draws(DOMAIN, "some_check", 100, seed=1)} == set(DOMAIN["dtype"].values)
+
+
+def test_sizes_refuse_edges_outside_their_range():
+    with pytest.raises(ValueError, match="edges must lie within"):
+        Sizes(1, 10, edges=(11,))
+
+
+def test_shrinking_finds_a_smaller_failing_case_within_its_step_count():
+    runs = []
+
+    def failure(case):
+        runs.append(case)
+        return f"wrong at n={case['n']}" if case["n"] >= 700 and case["dtype"] != "float32" else None
+    case, message = shrink({"n": 4999, "dtype": "bfloat16", "rank": 3, "seed": 5}, DOMAIN, failure)
+    assert len(runs) <= MAX_SHRINK_STEPS
+    assert case["n"] < 4999 and case["n"] >= 700 and case["dtype"] == "float16" and case["rank"] == 1
+    assert message == f"wrong at n={case['n']}"
+
+
+def _check_one_failing(kind=CheckFailed):
+    def check_one(case):
+        if case["n"] > 1024 and case["rank"] >= 2:
+            raise kind(f"got a wrong value at n={case['n']}")
+    return check_one
+
+
+def test_a_failing_drawn_case_raises_the_same_kind_with_the_smallest_case_found(monkeypatch):
+    monkeypatch.setenv(HIDDEN_SEED_ENV, "3")
+    for kind in (CheckFailed, LearnerCodeError):
+        with pytest.raises(kind, match=r"hidden seed 3\); the smallest failing case found: n=\d+, dtype=float32, "
+                                       r"rank=2: got a wrong value at n=\d+") as info:
+            grade_drawn(DOMAIN, "some_check", 40, _check_one_failing(kind))
+        assert type(info.value) is kind
+        assert int(str(info.value).split("n=")[1].split(",")[0]) > 1024
+
+
+def test_right_answers_stubs_and_impossible_combinations(monkeypatch):
+    grade_drawn(DOMAIN, "some_check", 40, lambda case: None)
+
+    def stub(case):
+        raise NotImplementedYet("not implemented yet")
+    with pytest.raises(NotImplementedYet, match="^not implemented yet$"):
+        grade_drawn(DOMAIN, "some_check", 5, stub)
+
+    def some_impossible(case):
+        if case["rank"] == 3:
+            raise Impossible()
+    grade_drawn(DOMAIN, "some_check", 40, some_impossible)
+
+
+def test_the_hidden_seed_must_be_an_integer(monkeypatch):
+    monkeypatch.setenv(HIDDEN_SEED_ENV, "abc")
+    with pytest.raises(ValueError, match="MEMFIT_HIDDEN_SEED='abc': the hidden seed must be an integer"):
+        list(draws(DOMAIN, "some_check", 1))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_lesson_00_reference_passes_its_drawn_cases_under_other_seeds(seed, monkeypatch):
+    monkeypatch.setenv("MEMFIT_GRADING", "1")
+    monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
+    check = next(c for c in checks_for("00_first_kernel") if c.name == "scaled_add_numerics")
+    check.run(load_solution("00_first_kernel").scaled_add, cases="hidden")
