@@ -87,3 +87,42 @@ def test_lesson_00_reference_passes_its_drawn_cases_under_other_seeds(seed, monk
     monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
     check = next(c for c in checks_for("00_first_kernel") if c.name == "scaled_add_numerics")
     check.run(load_solution("00_first_kernel").scaled_add, cases="hidden")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_lesson_00_bytes_of_reference_passes_its_drawn_cases(seed, monkeypatch):
+    monkeypatch.setenv("MEMFIT_GRADING", "1")
+    monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
+    check = next(c for c in checks_for("00_first_kernel") if c.name == "bytes_of")
+    reference = load_solution("00_first_kernel").bytes_of
+    check.run(reference, cases="hidden")
+
+
+def test_a_mistake_between_the_fixed_sizes_is_caught_by_a_drawn_case_and_shown_shrunk(monkeypatch):
+    """Wrong only for sizes between two and three blocks, a range no fixed case of scaled_add_numerics visits: the
+    fixed cases pass it, draws with some seeds reach it, and the message gives a failing size in that range."""
+    import memfit
+    from autograder.checks import first_kernel
+    monkeypatch.setenv("MEMFIT_GRADING", "1")
+    block = memfit.config("scaled_add")["BLOCK"]
+    reference = load_solution("00_first_kernel").scaled_add
+
+    def off_between_two_and_three_blocks(x, y, alpha, out=None):
+        result = reference(x, y, alpha, out=out)
+        return result.mul_(1.01) if 2 * block < x.numel() < 3 * block else result
+    check = next(c for c in checks_for("00_first_kernel") if c.name == "scaled_add_numerics")
+    with monkeypatch.context() as fixed_only:
+        fixed_only.setattr(first_kernel, "DRAWN_ADD_CASES", 0)
+        check.run(off_between_two_and_three_blocks, cases="all")
+    caught = []
+    for seed in range(6):
+        monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
+        try:
+            check.run(off_between_two_and_three_blocks, cases="hidden")
+        except CheckFailed as exc:
+            caught.append(str(exc))
+    assert caught, "no draw of seeds 0-5 reached sizes between two and three blocks"
+    for message in caught:
+        assert "the smallest failing case found: n=" in message, message
+        elements = int(message.split(" elements)")[0].rsplit("(", 1)[1].replace(",", ""))
+        assert 2 * block < elements < 3 * block, message

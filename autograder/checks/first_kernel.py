@@ -16,7 +16,7 @@ import torch
 
 import memfit
 from autograder.checks import Check, KernelSpec, CheckFailed, CheckSkipped, call_learner, check_cases, skip
-from autograder.checks.domain import Choice, Sizes, grade_drawn
+from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
 from autograder.checks.numerics import (assert_close_by_rule, call_pure, check_guards, dtype_name,
                                         expect_like, expect_no_torch_arithmetic, guarded_allocations, guarded_empty,
                                         overlaps, seeded_generator, unchanged_arguments)
@@ -76,21 +76,45 @@ def _true_bytes(shape, dtype) -> int:
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
 
 
+def bytes_domain() -> dict:
+    """Any shape of rank 0 to 4 with any sizes (0, 1, and counts past 2**24 and 2**31 bytes among them), every dtype,
+    given as a tuple or a torch.Size."""
+    return {"rank": Choice(1, 0, 2, 3, 4), "dim": Sizes(0, 20_000_000, edges=(0, 1, 2, 4097, 16_777_217)),
+            "other_dims": Sizes(0, 70_000, edges=(0, 1, 3, 65_536)), "dtype": Choice(*(dtype_name(d) for d in BYTES_DTYPES)),
+            "as_size": Choice(False, True)}
+
+
+DRAWN_BYTES_CASES = 40
+
+
+def _drawn_bytes_case(case: dict) -> BytesCase:
+    dtype = next(d for d in BYTES_DTYPES if dtype_name(d) == case["dtype"])
+    shape = (case["dim"],) + (case["other_dims"],) * (case["rank"] - 1) if case["rank"] else ()
+    return BytesCase(shape, dtype, case["as_size"])
+
+
 def check_bytes_of(bytes_of, cases: str = "visible") -> None:
     for case in _plan(BYTES_CASES, cases):
-        shape = torch.Size(case.shape) if case.as_size else tuple(case.shape)
-        what = f"bytes_of({shape}, {case.dtype})"
-        call_learner(bytes_of, shape, case.dtype, what=what)  # (outside the meter: the contracts' decoy calls)
-        with LiveTensorMeter() as meter:  # counts tensors created by the call, on any device (meta excluded)
-            got = call_learner(bytes_of, shape, case.dtype, what=what)
-        if meter.peak > BYTES_OF_ALLOWED:
-            raise CheckFailed(f"{what} allocated {format_bytes(meter.peak)} to answer: compute the bytes from the "
-                              "shape and the element size without allocating the tensor")
-        want = _true_bytes(case.shape, case.dtype)
-        if not isinstance(got, int) or isinstance(got, bool):
-            raise CheckFailed(f"{what} should return an int, got {type(got).__name__} {got!r}")
-        if got != want:
-            raise CheckFailed(f"{what}: expected {want:,} bytes, got {got:,}")
+        _check_bytes(bytes_of, case)
+    if check_cases(cases)[1]:
+        grade_drawn(bytes_domain(), "bytes_of", DRAWN_BYTES_CASES,
+                    lambda drawn: _check_bytes(bytes_of, _drawn_bytes_case(drawn)))
+
+
+def _check_bytes(bytes_of, case: BytesCase) -> None:
+    shape = torch.Size(case.shape) if case.as_size else tuple(case.shape)
+    what = f"bytes_of({shape}, {case.dtype})"
+    call_learner(bytes_of, shape, case.dtype, what=what)  # (outside the meter: the contracts' decoy calls)
+    with LiveTensorMeter() as meter:  # counts tensors created by the call, on any device (meta excluded)
+        got = call_learner(bytes_of, shape, case.dtype, what=what)
+    if meter.peak > BYTES_OF_ALLOWED:
+        raise CheckFailed(f"{what} allocated {format_bytes(meter.peak)} to answer: compute the bytes from the "
+                          "shape and the element size without allocating the tensor")
+    want = _true_bytes(case.shape, case.dtype)
+    if not isinstance(got, int) or isinstance(got, bool):
+        raise CheckFailed(f"{what} should return an int, got {type(got).__name__} {got!r}")
+    if got != want:
+        raise CheckFailed(f"{what}: expected {want:,} bytes, got {got:,}")
 
 
 # --------------------------------------------------------------------------------- scaled_add
@@ -281,17 +305,20 @@ def add_domain() -> dict:
     magnitude (autograder/checks/domain.py draws hidden cases from it)."""
     b = _block()
     return {"n": Sizes(1, 3 * b + 7, edges=(1, 2, b - 1, b, b + 1, 2 * b + 1)), "rank": Choice(1, 2, 3, 0),
-            "lead": Sizes(1, 6), "dtype": Choice(*range(len(memfit.profile().dtypes))),
+            "lead": Sizes(1, 6), "dtype": Choice(*(dtype_name(d) for d in memfit.profile().dtypes)),
             "alpha": Choice("positive", "negative", "zero"), "operands": Choice(*OPERANDS),
             "magnitude": Choice(*MAGNITUDES)}
 
 
 def _drawn_add_case(case: dict) -> AddCase:
     if case["operands"] == "strides differ on a size-1 dim":
+        if case["n"] < 2:  # a (1, 1) tensor's strides are the same either way
+            raise Impossible()
         shape = (case["n"], 1)
     else:
         shape = {0: (), 1: (case["n"],), 2: (case["lead"], case["n"]), 3: (case["lead"], 2, case["n"])}[case["rank"]]
-    return AddCase(shape, case["dtype"], case["alpha"], case["operands"], case["magnitude"])
+    dtype_index = [dtype_name(d) for d in memfit.profile().dtypes].index(case["dtype"])
+    return AddCase(shape, dtype_index, case["alpha"], case["operands"], case["magnitude"])
 
 
 DRAWN_ADD_CASES = 8
