@@ -142,3 +142,12 @@ def test_work_done_in_numpy_loses_the_memory_check_s_points(lesson, name, wrap, 
     functions = [getattr(solution, n) for n in check.uses]
     with pytest.raises(CheckFailed, match="of NumPy arrays or Python buffers at once"):
         check.run(wrap(functions[0]), *functions[1:], cases="all")
+
+
+def test_lesson_00_s_visible_memory_cases_show_work_done_in_numpy(monkeypatch):
+    """The notebook's own check cell shows the contract: its visible cases are large enough that host copies of the
+    inputs pass the allowance (a learner meets the failure before grading)."""
+    monkeypatch.setenv("MEMFIT_GRADING", "1")
+    check = next(c for c in checks_for("00_first_kernel") if c.name == "scaled_add_memory")
+    with pytest.raises(CheckFailed, match="of NumPy arrays or Python buffers at once"):
+        check.run(copies_in_numpy(load_solution("00_first_kernel").scaled_add), cases="visible")

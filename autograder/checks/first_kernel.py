@@ -80,7 +80,7 @@ def bytes_domain() -> dict:
     """Any shape of rank 0 to 4 with any sizes (0, 1, and counts past 2**24 and 2**31 bytes among them), every dtype,
     given as a tuple or a torch.Size."""
     return {"rank": Choice(1, 0, 2, 3, 4), "dim": Sizes(0, 20_000_000, edges=(0, 1, 2, 4097, 16_777_217)),
-            "other_dims": Sizes(0, 70_000, edges=(0, 1, 3, 65_536)), "dtype": Choice(*(dtype_name(d) for d in BYTES_DTYPES)),
+            "other_dims": Sizes(0, 8192, edges=(0, 1, 3, 4096)), "dtype": Choice(*(dtype_name(d) for d in BYTES_DTYPES)),
             "as_size": Choice(False, True)}
 
 
@@ -90,6 +90,8 @@ DRAWN_BYTES_CASES = 40
 def _drawn_bytes_case(case: dict) -> BytesCase:
     dtype = next(d for d in BYTES_DTYPES if dtype_name(d) == case["dtype"])
     shape = (case["dim"],) + (case["other_dims"],) * (case["rank"] - 1) if case["rank"] else ()
+    if math.prod(shape) * dtype.itemsize >= 2**62:  # no tensor has that many bytes: PyTorch counts them in int64
+        raise Impossible()
     return BytesCase(shape, dtype, case["as_size"])
 
 
@@ -364,15 +366,21 @@ def _memory_cases() -> dict:
     """Every graded dtype on both call paths, crossed between visible and hidden; sizes no numerics case uses
     (a result cached by shape would hide in a size seen before)."""
     dtypes = range(len(memfit.profile().dtypes))
-    visible_shapes = [(4097,), (3, 1367), (2, 2053)]
-    hidden_shapes = [(5, 2459), (12299,), (3, 4099)]
+    # (each large enough that host copies of x and y in NumPy pass the host allowance: the visible cases show it)
+    visible_shapes = [(70_001,), (3, 46_669), (2, 70_003)]
+    hidden_shapes = [(5, 28_001), (140_009,), (3, 46_673)]
     return {"visible": [MemoryCase(visible_shapes[i], i, ("None", "given")[i % 2]) for i in dtypes],
             "hidden": [MemoryCase(hidden_shapes[i], i, ("given", "None")[i % 2]) for i in dtypes]}
 
 
+ALLOCATOR_SLACK = 1024  # bytes a call may use beyond its output: the CUDA allocator rounds a block up to 512
+
+
 def _memory_budget(out_bytes: int, out_given: bool) -> int:
-    """The output (none with out= given, it exists already), with 5% of the output for allocator rounding."""
-    return math.ceil((0.05 if out_given else 1.05) * out_bytes)
+    """The output (none with out= given: it exists already) and ALLOCATOR_SLACK. A fixed slack, not a share of the
+    output: the budgets of calls measured together add up, and a share of a large call's output would hide a small
+    call's padded output or copy."""
+    return (0 if out_given else out_bytes) + ALLOCATOR_SLACK
 
 
 def _memory_call(case_shape, dtype: torch.dtype, out_given: bool, seed: int):
@@ -415,15 +423,15 @@ def _check_memory(scaled_add, group: list[tuple]) -> None:
                 _check_memory(scaled_add, [one])
         elif calls[0][3] is not None:
             raise CheckFailed(f"{names}: peak extra memory {format_bytes(report.peak_bytes)} ({report.meter}) exceeds "
-                              f"the budget {format_bytes(budget)} (5% of the output's {format_bytes(out_bytes)}): "
+                              f"the budget {format_bytes(budget)} (nothing beyond {format_bytes(ALLOCATOR_SLACK)} of allocator rounding): "
                               "out exists already, so compute straight into it and allocate nothing")
         else:
             raise CheckFailed(f"{names}: peak extra memory {format_bytes(report.peak_bytes)} ({report.meter}) exceeds "
-                              f"the budget {format_bytes(budget)} (the output, {format_bytes(outputs)}, + 5%): "
+                              f"the budget {format_bytes(budget)} (the output, {format_bytes(outputs)}, + {format_bytes(ALLOCATOR_SLACK)}): "
                               "compute in one kernel without temporaries")
         raise CheckFailed(f"{names}: peak extra memory {format_bytes(report.peak_bytes)} ({report.meter}) exceeds "
                           f"the budget {format_bytes(budget)} (the outputs scaled_add allocates, "
-                          f"{format_bytes(outputs)}, + 5% of every output): compute in one kernel without "
+                          f"{format_bytes(outputs)}, + {format_bytes(ALLOCATOR_SLACK)} a call): compute in one kernel without "
                           "temporaries, and straight into out= when it is given")
     if report.kept_bytes > KEPT_ALLOWED:
         raise CheckFailed(f"{names}: {format_bytes(report.kept_bytes)} still allocated after scaled_add returned, "
