@@ -255,3 +255,37 @@ def test_saved_tensors_lists_a_ctx_attribute_under_its_module():
     idx, targets = random_batch(cfg, 1, 8, "cpu", seed=0)
     on_ctx = [s for s in saved_tensors(model, idx, targets) if s.kind == "ctx attribute"]
     assert [(s.module, s.shape) for s in on_ctx] == [("blocks.0.norm1.1", (1, 8, cfg.d_model))]
+
+
+# ----------------------------------------------------------------------------- 6. the def line's defaults
+
+def test_every_reference_keeps_its_def_line_s_defaults():
+    from course.lessons import lessons
+    for lesson in lessons():
+        solution = load_solution(lesson)
+        for check in checks_for(lesson):
+            functions = tuple(getattr(solution, name) for name in check.uses)
+            assert contracts.changed_defaults(check.uses, functions) is None, (lesson, check.name)
+
+
+def test_a_changed_or_dropped_default_loses_the_check_s_points(monkeypatch):
+    """AdamW's weight_decay defaults to 1e-2 in the exercise's def line: a ZeroAdamW whose default is 0 answers a
+    caller who leaves it out with another optimizer, whatever the cases pass explicitly."""
+    monkeypatch.setenv("MEMFIT_GRADING", "1")
+    reference = load_solution("03_zero").ZeroAdamW
+
+    class NoDecayByDefault(reference):
+        def __init__(self, params, comm, stage, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                      param_dtype=torch.float32):
+            super().__init__(params, comm, stage, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                             param_dtype=param_dtype)
+    zero_adamw = next(c for c in checks_for("03_zero") if c.name == "zero_adamw")
+    with pytest.raises(CheckFailed, match=r"ZeroAdamW.__init__'s default weight_decay=0.0 is not the exercise's "
+                                          r"weight_decay=0.01"):
+        zero_adamw.run(NoDecayByDefault, cases="all")
+
+    def rmsnorm_forward(x, weight, eps):  # every case passes eps: only the def line shows the dropped default
+        return load_solution("04_kernel_fusion").rmsnorm_forward(x, weight, eps)
+    check = next(c for c in checks_for("04_kernel_fusion") if c.name == "rmsnorm_forward")
+    with pytest.raises(CheckFailed, match="rmsnorm_forward has no default for eps: keep the exercise's def line"):
+        check.run(rmsnorm_forward, cases="all")

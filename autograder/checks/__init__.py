@@ -71,6 +71,9 @@ class Check:
         with decoys of its own (a grade does not depend on what ran before), then, where kernels ran in Triton's
         interpreter, each learner kernel it launched compiled for the GPU targets (gpu_compile.py; not by the
         notebook's own check cell, so compile_kernels=False runs the check as that cell does)."""
+        changed = contracts.changed_defaults(self.uses, functions)  # (contract 6: the def line's defaults)
+        if changed:
+            raise CheckFailed(changed)
         contracts.new_check(inputs_on_a_gpu=bool(getattr(sys.modules.get(self.body.__module__), "KERNELS", None)))
         gpu_compile.new_check()
         with gpu_compile.recording_kernels():

@@ -17,6 +17,9 @@
 5. **Tensors for backward through save_for_backward.** No custom autograd.Function of the learner's in the graph behind
    a result keeps a tensor as a ctx attribute (ctx.x = x): no saved-tensor hook, and so no meter of what backward
    keeps, would see it. memfit.training.saved_tensors lists such tensors as kind "ctx attribute".
+6. **The def line's defaults.** Each learner function (and each method of a learner class) a check is given keeps the
+   defaults of the exercise's def line: a caller who leaves an argument out gets the text's value. Checked once per
+   check, by Check.run, before any case (`changed_defaults`).
 
 Decoys are skipped where they would disturb what the check measures: while a memory meter or any TorchDispatchMode
 (FakeTensorMode, an operation recorder) is active. A decoy's exception, printed output and result are discarded.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import inspect
 import io
 import json
 import types
@@ -394,12 +398,11 @@ def ctx_attribute_tensors(result: Any) -> str | None:
 
 # ------------------------------------------------------------------------------ 4. the signature's kind
 
-def _declared_returns() -> dict[str, ast.expr]:
-    """{function name: its return annotation} of every module-level function of the solution notebooks, a name
-    two lessons define differently left out. Read once, at import: the grading child blocks those files later."""
+def _solution_defs() -> list[tuple[str, ast.FunctionDef]]:
+    """(name, def) of every module-level function of the solution notebooks, and of every method of their classes
+    as "Class.method". Read once, at import: the grading child blocks those files later."""
     from course.lessons import lessons, solution_path
-    found: dict[str, ast.expr] = {}
-    clashes: set[str] = set()
+    found = []
     for lesson in lessons():
         for cell in json.loads(solution_path(lesson).read_text())["cells"]:
             source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
@@ -410,17 +413,48 @@ def _declared_returns() -> dict[str, ast.expr]:
             except SyntaxError:
                 continue
             for node in tree.body:
-                if isinstance(node, ast.FunctionDef) and node.returns is not None:
-                    if node.name in found and ast.dump(found[node.name]) != ast.dump(node.returns):
-                        clashes.add(node.name)
-                    found[node.name] = node.returns
-    return {name: returns for name, returns in found.items() if name not in clashes}
+                if isinstance(node, ast.FunctionDef):
+                    found.append((node.name, node))
+                elif isinstance(node, ast.ClassDef):
+                    found += [(f"{node.name}.{m.name}", m) for m in node.body if isinstance(m, ast.FunctionDef)]
+    return found
+
+
+def _unclashed(pairs) -> dict:
+    """{name: value} of (name, ast node) pairs, a name two lessons define differently left out."""
+    found: dict = {}
+    clashes: set[str] = set()
+    for name, value in pairs:
+        if name in found and ast.dump(found[name]) != ast.dump(value):
+            clashes.add(name)
+        found[name] = value
+    return {name: value for name, value in found.items() if name not in clashes}
+
+
+def _declared_returns(defs) -> dict[str, ast.expr]:
+    """{function name: its return annotation} of the solutions' module-level functions."""
+    return _unclashed((name, node.returns) for name, node in defs if "." not in name and node.returns is not None)
+
+
+def _declared_defaults(defs) -> dict[str, ast.expr]:
+    """{"function parameter" or "Class.method parameter": the default the exercise's def line gives}."""
+    pairs = []
+    for name, node in defs:
+        args = node.args
+        positional = args.posonlyargs + args.args
+        given = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+        given += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+        pairs += [(f"{name} {a.arg}", d) for a, d in given]
+    return _unclashed(pairs)
 
 
 try:
-    DECLARED_RETURNS = _declared_returns()
+    _DEFS = _solution_defs()
 except (OSError, ValueError, KeyError):  # (a checkout without the solution notebooks: nothing to compare with)
-    DECLARED_RETURNS = {}
+    _DEFS = []
+DECLARED_RETURNS = _declared_returns(_DEFS)
+DECLARED_DEFAULTS = _declared_defaults(_DEFS)
+del _DEFS
 
 _SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -482,3 +516,63 @@ def wrong_kind(fn: Callable, result: Any, what: str = "") -> str | None:
     why = _kind_error(result, annotation)
     return None if why is None else (f"returned {why} by the exercise's signature "
                                      f"(-> {ast.unparse(annotation)}): return exactly that kind of value")
+
+
+# ------------------------------------------------------------------------------ 6. the def line's defaults
+
+_UNKNOWN = object()
+
+
+def _value_of(node: ast.expr):
+    """A default's value: a literal, or an expression of torch and math (torch.float32); _UNKNOWN otherwise."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        pass
+    try:
+        import math
+        return eval(compile(ast.Expression(node), "<default>", "eval"), {"__builtins__": {}, "torch": torch, "math": math})
+    except Exception:  # noqa: BLE001  (a default this cannot evaluate is not compared)
+        return _UNKNOWN
+
+
+def _same_default(theirs, ours) -> bool:
+    if isinstance(ours, (tuple, list)):
+        return isinstance(theirs, (tuple, list)) and len(theirs) == len(ours) and \
+            all(_same_default(a, b) for a, b in zip(theirs, ours))
+    if isinstance(ours, bool) or isinstance(theirs, bool):
+        return type(theirs) is type(ours) and theirs == ours
+    if isinstance(ours, (int, float)) and isinstance(theirs, (int, float)):
+        return theirs == ours
+    return type(theirs) is type(ours) and theirs == ours
+
+
+def changed_defaults(names: tuple[str, ...], functions: tuple) -> str | None:
+    """Which default of the exercise's def line (the solution's, which the stub repeats) a learner function or class
+    changed or dropped, in words; None when it keeps them all. A caller that leaves an argument out gets the text's
+    default: AdamW's weight_decay=1e-2, say, not 0."""
+    for name, fn in zip(names, functions):
+        for key, node in DECLARED_DEFAULTS.items():
+            where, param = key.split(" ")
+            owner, _, method = where.partition(".")
+            if owner != name or (method and not isinstance(fn, type)) or (not method and isinstance(fn, type)):
+                continue
+            target = getattr(fn, method, None) if method else fn
+            try:
+                parameters = inspect.signature(target).parameters if target is not None else {}
+            except (TypeError, ValueError):
+                continue
+            if any(p.kind is p.VAR_KEYWORD for p in parameters.values()) and param not in parameters:
+                continue  # (**kwargs: the default lives in the body, where only the cases can see it)
+            ours = _value_of(node)
+            if ours is _UNKNOWN:
+                continue
+            label = f"{name}{'.' + method if method else ''}"
+            if param not in parameters or parameters[param].default is inspect.Parameter.empty:
+                return (f"{label} has no default for {param}: keep the exercise's def line, "
+                        f"{param}={ast.unparse(node)}")
+            theirs = parameters[param].default
+            if not _same_default(theirs, ours):
+                return (f"{label}'s default {param}={theirs!r} is not the exercise's {param}={ast.unparse(node)}: keep "
+                        "the def line as the text gives it (a caller who leaves the argument out gets the text's value)")
+    return None
