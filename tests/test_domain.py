@@ -126,3 +126,28 @@ def test_a_mistake_between_the_fixed_sizes_is_caught_by_a_drawn_case_and_shown_s
         assert "the smallest failing case found: n=" in message, message
         elements = int(message.split(" elements)")[0].rsplit("(", 1)[1].replace(",", ""))
         assert 2 * block < elements < 3 * block, message
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_lesson_03_formulas_pass_their_drawn_cases_and_float_arithmetic_fails(seed, monkeypatch):
+    """zero_bytes_per_rank and comm_bytes_per_rank over every stage, world size and parameter count: float arithmetic,
+    exact on every fixed case (all below 2**53), is wrong for some drawn count above it."""
+    import math
+    monkeypatch.setenv("MEMFIT_GRADING", "1")
+    monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
+    solution = load_solution("03_zero")
+    checks = {c.name: c for c in checks_for("03_zero")}
+    checks["zero_bytes_per_rank"].run(solution.zero_bytes_per_rank, cases="hidden")
+    checks["comm_bytes_per_rank"].run(solution.comm_bytes_per_rank, cases="hidden")
+
+    def comm_bytes_in_floats(stage, numel, world_size, param_bytes=2, grad_bytes=2):
+        chunk = (world_size - 1) * math.ceil(numel / world_size)
+        if stage not in (0, 1, 2, 3):
+            raise ValueError("stage must be 0-3")
+        return 2 * chunk * grad_bytes if stage == 0 else chunk * grad_bytes + (2 if stage == 3 else 1) * chunk * param_bytes
+    from autograder.checks import zero
+    with monkeypatch.context() as fixed_only:
+        fixed_only.setattr(zero, "DRAWN_FORMULA_CASES", 0)
+        checks["comm_bytes_per_rank"].run(comm_bytes_in_floats, cases="all")
+    with pytest.raises(CheckFailed, match="the smallest failing case found: .*above 2\\*\\*53 a float cannot hold"):
+        checks["comm_bytes_per_rank"].run(comm_bytes_in_floats, cases="hidden")

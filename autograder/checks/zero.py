@@ -25,6 +25,7 @@ import memfit.from_lessons.zero as _reference  # imported before the grading chi
 from autograder.checks import (Check, CheckFailed, LearnerCodeError, call_learner, check_cases, expect_value_error,
                                given_references)
 from autograder.checks.numerics import check_guards, current_draw, dtype_name, guarded_empty, seeded_generator
+from autograder.checks.domain import Choice, Sizes, grade_drawn
 
 TINY = "tiny"
 OPT_ARGS = dict(lr=1e-2, eps=1e-3, weight_decay=0.1)  # eps large enough that forgetting to divide by N shows
@@ -447,18 +448,36 @@ def check_zero_bytes_per_rank(zero_bytes_per_rank, cases: str = "visible") -> No
                 expect_value_error(zero_bytes_per_rank, stage, 100, 2, what=f"zero_bytes_per_rank(stage={stage}, ...)",
                                    why="(stage must be 0, 1, 2 or 3)")
                 continue
-            stage, numel, n, pgk = case.args
-            args = (stage, numel, n) + (pgk or ())
-            what = f"zero_bytes_per_rank(stage={stage}, numel={numel:,}, world_size={n}" + \
-                   (", {}, {}, {})".format(*pgk) if pgk else ") (default bytes)")
-            got = call_learner(zero_bytes_per_rank, *args, what=what)
-            want = reference(*args)
-            for key in ("params", "grads", "optimizer", "total"):
-                if not isinstance(got, dict) or got.get(key) != want[key]:
-                    have = got.get(key) if isinstance(got, dict) else got
-                    raise CheckFailed(f"{what}[{key!r}]: expected {want[key]:,} bytes, got {_count(have)} (shards are "
-                                      f"ceil(numel / world_size) elements; a full buffer is world_size shards, padding "
-                                      "included)")
+            _zero_bytes_case(zero_bytes_per_rank, reference, *case.args)
+        if check_cases(cases)[1]:
+            grade_drawn(_bytes_domain((None, (2, 2, 12), (4, 4, 8), (2, 4, 12), (1, 2, 16))), "zero_bytes_per_rank",
+                        DRAWN_FORMULA_CASES, lambda c: _zero_bytes_case(zero_bytes_per_rank, reference, c["stage"],
+                                                                        c["numel"], c["world_size"], c["bytes"]))
+
+
+def _bytes_domain(byte_sizes: tuple) -> dict:
+    """Every stage, parameter count (past 2**53, where a float no longer holds every integer) and world size, and
+    the bytes per value: the domain of zero_bytes_per_rank's and comm_bytes_per_rank's text."""
+    return {"stage": Choice(0, 1, 2, 3), "numel": Sizes(1, 2**62, edges=(1, 7, 2**53 - 1, 2**53 + 1, 2**60 + 3)),
+            "world_size": Sizes(1, 4096, edges=(1, 2, 3, 64, 1000)), "bytes": Choice(*byte_sizes)}
+
+
+DRAWN_FORMULA_CASES = 60  # (pure arithmetic: microseconds a case)
+
+
+def _zero_bytes_case(zero_bytes_per_rank, reference, stage: int, numel: int, n: int, pgk) -> None:
+    args = (stage, numel, n) + (pgk or ())
+    what = f"zero_bytes_per_rank(stage={stage}, numel={numel:,}, world_size={n}" + \
+           (", {}, {}, {})".format(*pgk) if pgk else ") (default bytes)")
+    got = call_learner(zero_bytes_per_rank, *args, what=what)
+    want = reference(*args)
+    for key in ("params", "grads", "optimizer", "total"):
+        if not isinstance(got, dict) or got.get(key) != want[key]:
+            have = got.get(key) if isinstance(got, dict) else got
+            raise CheckFailed(f"{what}[{key!r}]: expected {want[key]:,} bytes, got {_count(have)} (shards are "
+                              f"ceil(numel / world_size) elements; a full buffer is world_size shards, padding "
+                              "included)" + (". Above 2**53 a float cannot hold every integer: use integer arithmetic"
+                                             if numel >= 2**53 else ""))
 
 
 # ----------------------------------------------------------------------------- comm_bytes_per_rank
@@ -507,14 +526,24 @@ def check_comm_bytes_per_rank(comm_bytes_per_rank, cases: str = "visible") -> No
                                       + (f" ({n} ranks do not divide {numel:,}: the shards are padded)"
                                          if numel % n else ""))
                 continue
-            stage, numel_, n, pg = case.args
-            args = (stage, numel_, n) + (pg or ())
-            what = f"comm_bytes_per_rank(stage={stage}, numel={numel_:,}, world_size={n}" + \
-                   (", {}, {})".format(*pg) if pg else ") (default bytes)")
-            want = ref.comm_bytes_per_rank(*args)
-            got = call_learner(comm_bytes_per_rank, *args, what=what)
-            if got != want:
-                raise CheckFailed(f"{what}: expected {want:,} bytes, got {_count(got)}")
+            _comm_bytes_case(comm_bytes_per_rank, ref.comm_bytes_per_rank, *case.args)
+        if check_cases(cases)[1]:
+            grade_drawn(_bytes_domain((None, (2, 2), (4, 4), (2, 4), (1, 2))), "comm_bytes_per_rank",
+                        DRAWN_FORMULA_CASES, lambda c: _comm_bytes_case(
+                            comm_bytes_per_rank, ref.comm_bytes_per_rank, c["stage"], c["numel"], c["world_size"],
+                            c["bytes"]))
+
+
+def _comm_bytes_case(comm_bytes_per_rank, reference, stage: int, numel: int, n: int, pg) -> None:
+    args = (stage, numel, n) + (pg or ())
+    what = f"comm_bytes_per_rank(stage={stage}, numel={numel:,}, world_size={n}" + \
+           (", {}, {})".format(*pg) if pg else ") (default bytes)")
+    want = reference(*args)
+    got = call_learner(comm_bytes_per_rank, *args, what=what)
+    if got != want:
+        raise CheckFailed(f"{what}: expected {want:,} bytes, got {_count(got)}"
+                          + (" (above 2**53 a float cannot hold every integer: use integer arithmetic)"
+                             if numel >= 2**53 else ""))
 
 
 # ------------------------------------------------------------------------------------ zero_on_gloo
