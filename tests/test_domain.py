@@ -151,3 +151,13 @@ def test_lesson_03_formulas_pass_their_drawn_cases_and_float_arithmetic_fails(se
         checks["comm_bytes_per_rank"].run(comm_bytes_in_floats, cases="all")
     with pytest.raises(CheckFailed, match="the smallest failing case found: .*above 2\\*\\*53 a float cannot hold"):
         checks["comm_bytes_per_rank"].run(comm_bytes_in_floats, cases="hidden")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_lesson_01_references_pass_their_drawn_cases(seed, monkeypatch):
+    monkeypatch.setenv("MEMFIT_GRADING", "1")
+    monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
+    solution = load_solution("01_model_states")
+    checks = {c.name: c for c in checks_for("01_model_states")}
+    checks["count_params"].run(solution.count_params, cases="hidden")
+    checks["state_bytes"].run(solution.state_bytes, cases="hidden")

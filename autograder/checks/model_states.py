@@ -16,6 +16,7 @@ import torch
 
 import memfit.from_lessons.model_states as reference  # imported before the grading child's guards go up
 from autograder.checks import Check, CheckFailed, CheckSkipped, call_learner, check_cases
+from autograder.checks.domain import Choice, Sizes, grade_drawn
 from memfit.gpt import (COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_1_405B, LLAMA_3_2_1B, GPTConfig,
                         n_params, unique_parameters)
 
@@ -96,16 +97,41 @@ def _plan(records, cases: str) -> list:
     return [r for r in records if (hidden if r.hidden else visible)]
 
 
+def count_domain() -> dict:
+    """Every course GPT the text allows: any vocabulary, width, depth and FFN size, heads in groups over the KV heads
+    (MHA, GQA, MQA), tied or untied."""
+    return {"n_layers": Sizes(1, 160, edges=(1, 2, 126)), "vocab_size": Sizes(1, 262_144, edges=(1, 32_000, 128_256)),
+            "kv_heads": Sizes(1, 16, edges=(1, 8)), "group": Sizes(1, 16, edges=(1, 8)),
+            "head_dim": Sizes(1, 256, edges=(1, 64, 128)), "ffn_hidden": Sizes(1, 65_536, edges=(1, 14_336)),
+            "tie_embeddings": Choice(False, True)}
+
+
+DRAWN_COUNT_CASES = 20
+
+
+def _drawn_config(case: dict) -> GPTConfig:
+    heads = case["kv_heads"] * case["group"]
+    return GPTConfig(vocab_size=case["vocab_size"], d_model=heads * case["head_dim"], n_layers=case["n_layers"],
+                     n_heads=heads, n_kv_heads=case["kv_heads"], ffn_hidden=case["ffn_hidden"],
+                     tie_embeddings=case["tie_embeddings"], name="a drawn config")
+
+
 def check_count_params(count_params, cases: str = "visible") -> None:
     for case in _plan(COUNT_CASES, cases):
-        cfg = case.cfg
-        got = call_learner(count_params, cfg, what=f"count_params({cfg.name})")
-        want = true_param_count(cfg)
-        if not isinstance(got, int) or isinstance(got, bool):
-            raise CheckFailed(f"count_params({cfg.name}) should return an int, got {type(got).__name__} {got!r}")
-        if got != want:
-            raise CheckFailed(f"count_params({cfg.name}): expected {want:,}, got {got:,}: off by "
-                              f"{got - want:+,}{_count_hint(cfg, got - want)} [{_describe(cfg)}]")
+        _count_case(count_params, case.cfg)
+    if check_cases(cases)[1]:
+        grade_drawn(count_domain(), "count_params", DRAWN_COUNT_CASES,
+                    lambda case: _count_case(count_params, _drawn_config(case)))
+
+
+def _count_case(count_params, cfg: GPTConfig) -> None:
+    got = call_learner(count_params, cfg, what=f"count_params({cfg.name})")
+    want = true_param_count(cfg)
+    if not isinstance(got, int) or isinstance(got, bool):
+        raise CheckFailed(f"count_params({cfg.name}) should return an int, got {type(got).__name__} {got!r}")
+    if got != want:
+        raise CheckFailed(f"count_params({cfg.name}): expected {want:,}, got {got:,}: off by "
+                          f"{got - want:+,}{_count_hint(cfg, got - want)} [{_describe(cfg)}]")
 
 
 # ------------------------------------------------------------------------------------- state_bytes
@@ -252,12 +278,35 @@ def _expect_named_value_error(state_bytes, case: InvalidCase) -> None:
     raise CheckFailed(f"{what} returned a value: {why}; raise ValueError naming the bad argument, {case.bad!r}")
 
 
+def state_domain() -> dict:
+    """Any parameter count (around the 8-bit optimizer's block, past int32, to a trillion), every recipe and
+    optimizer, and every way of passing them."""
+    return {"n": Sizes(1, 2**40, edges=(1, BLOCK - 1, BLOCK, BLOCK + 1, INT32_MAX, INT32_MAX + 2)),
+            "precision": Choice(*PRECISIONS), "optimizer": Choice(*OPTIMIZERS), "call": Choice(*CALLS)}
+
+
+DRAWN_STATE_CASES = 60
+
+
+def _drawn_state_case(case: dict) -> BytesCase:
+    precision = "amp" if case["call"] == "defaults" else case["precision"]
+    optimizer = "adamw" if case["call"] in ("defaults", "default optimizer") else case["optimizer"]
+    return BytesCase(case["n"], precision, optimizer, True, case["call"])
+
+
+def _state_case(state_bytes, case: BytesCase) -> None:
+    what = case.what()
+    want = reference.state_bytes(case.n, case.precision, case.optimizer)
+    args, kwargs = case.arguments()
+    _compare(call_learner(state_bytes, *args, what=what, **kwargs), want, what, case.n)
+
+
 def check_state_bytes(state_bytes, cases: str = "visible") -> None:
     for case in _plan(BYTES_CASES, cases):
-        what = case.what()
-        want = reference.state_bytes(case.n, case.precision, case.optimizer)
-        args, kwargs = case.arguments()
-        _compare(call_learner(state_bytes, *args, what=what, **kwargs), want, what, case.n)
+        _state_case(state_bytes, case)
+    if check_cases(cases)[1]:
+        grade_drawn(state_domain(), "state_bytes", DRAWN_STATE_CASES,
+                    lambda case: _state_case(state_bytes, _drawn_state_case(case)))
     for case in _plan(INVALID_CASES, cases):
         _expect_named_value_error(state_bytes, case)
 
