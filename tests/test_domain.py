@@ -161,3 +161,23 @@ def test_lesson_01_references_pass_their_drawn_cases(seed, monkeypatch):
     checks = {c.name: c for c in checks_for("01_model_states")}
     checks["count_params"].run(solution.count_params, cases="hidden")
     checks["state_bytes"].run(solution.state_bytes, cases="hidden")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_lesson_02_references_pass_their_drawn_cases_and_a_capped_search_fails(seed, monkeypatch):
+    """max_micro_batch over predictors whose answers reach 2**24: a search capped at 4,096 sequences fails."""
+    monkeypatch.setenv("MEMFIT_GRADING", "1")
+    monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
+    solution = load_solution("02_activations")
+    checks = {c.name: c for c in checks_for("02_activations")}
+    checks["accumulation_steps"].run(solution.accumulation_steps, cases="hidden")
+    checks["max_micro_batch"].run(solution.max_micro_batch, cases="hidden")
+
+    def capped(cfg, seq, budget_bytes, precision="amp", optimizer="adamw", recompute="none", predict=None):
+        predict = predict or solution.predict_peak
+        batch = 0
+        while batch < 4096 and predict(cfg, batch + 1, seq, precision, optimizer, recompute)["peak"] <= budget_bytes:
+            batch += 1
+        return batch
+    with pytest.raises(CheckFailed, match="the smallest failing case found: answer=4097"):
+        checks["max_micro_batch"].run(capped, cases="hidden")

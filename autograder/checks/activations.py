@@ -7,6 +7,7 @@ import torch
 import memfit
 from autograder.checks import (Check, CheckFailed, call_learner, check_cases, expect_value_error,
                                given_references, skip)
+from autograder.checks.domain import Choice, Sizes, grade_drawn
 from autograder.checks.references import reference
 from memfit.gpt import COURSE_CONFIGS, GPTConfig
 from memfit.meter import format_bytes
@@ -292,7 +293,37 @@ def check_max_micro_batch(max_micro_batch, cases: str = "visible") -> None:
     if got != 12:
         raise CheckFailed(f"max_micro_batch with a predictor where each sequence costs 1000 bytes and a budget of "
                           f"12,345 bytes should return 12, got {got!r}: use the `predict` argument")
+    if check_cases(cases)[1]:
+        grade_drawn(MICRO_BATCH_DOMAIN, "max_micro_batch", DRAWN_MICRO_BATCH_CASES,
+                    lambda case: _linear_micro_batch_case(max_micro_batch, **{k: v for k, v in case.items()
+                                                                              if k != "seed"}))
 
+
+# Predictors where a step costs base + cost x batch bytes, and budgets that fit exactly `answer` sequences (or 0):
+# the whole range of answers the text allows (past 4,096 and 2**20), a budget met exactly or one byte short of the
+# next sequence.
+MICRO_BATCH_DOMAIN = {"answer": Sizes(0, 2**24, edges=(0, 1, 2, 255, 256, 4096, 4097)),
+                      "cost": Sizes(1, 2**34, edges=(1, 1000)), "base": Sizes(0, 2**40, edges=(0,)),
+                      "slack": Choice("exact", "one byte short of the next")}
+DRAWN_MICRO_BATCH_CASES = 30
+
+
+def _linear_micro_batch_case(max_micro_batch, answer: int, cost: int, base: int, slack: str) -> None:
+    budget = base + cost * answer + (cost - 1 if slack != "exact" else 0)
+    if answer == 0 and slack == "exact":
+        budget = base  # not even one sequence: base + cost > budget
+    linear = lambda cfg, batch, seq, *args: {"peak": base + cost * batch}  # noqa: E731
+    what = (f"max_micro_batch with a predictor of peak {base:,} + {cost:,} x batch bytes, budget {budget:,} bytes")
+    got = call_learner(max_micro_batch, _TINY, 128, budget, "fp32", "adamw", "none", predict=linear, what=what)
+    if got != answer or not isinstance(got, int):
+        raise CheckFailed(f"{what}: expected {answer:,} (the largest batch whose peak is within the budget; a peak "
+                          f"equal to the budget fits), got {got!r}")
+
+
+# Drawn cases: any positive sizes the text allows, token counts past 2**53 (where a float rounds) among them.
+ACCUMULATION_DOMAIN = {"tokens": Sizes(1, 2**62, edges=(1, 2**53 + 1)), "micro_batch": Sizes(1, 4096, edges=(1,)),
+                       "seq": Sizes(1, 2**20, edges=(1, 4096)), "data_parallel": Sizes(1, 4096, edges=(1, 8))}
+DRAWN_ACCUMULATION_CASES = 60
 
 # Each case: ((global_batch_tokens, micro_batch, seq, data_parallel), answer); answer None: ValueError expected.
 ACCUMULATION_CASES = {
@@ -307,16 +338,25 @@ ACCUMULATION_CASES = {
 
 def check_accumulation_steps(accumulation_steps, cases: str = "visible") -> None:
     for args, want in _plan(ACCUMULATION_CASES, cases):
-        what = f"accumulation_steps{args}"
-        if want is None:
-            bad = ("micro_batch", "seq", "data_parallel")[[a < 1 for a in args[1:]].index(True)]
-            expect_value_error(accumulation_steps, *args, what=what, why=f"for {bad} below 1")
-            continue
-        got = call_learner(accumulation_steps, *args, what=what)
-        if got != want or not isinstance(got, int):
-            raise CheckFailed(f"{what}: expected {want} (each step covers micro_batch x seq x data_parallel = "
-                              f"{args[1] * args[2] * args[3]:,} tokens; round up, in integers: a float is not exact "
-                              f"beyond 2**53), got {got!r}")
+        _accumulation_case(accumulation_steps, args, want)
+    if check_cases(cases)[1]:
+        def drawn(c):
+            args = (c["tokens"], c["micro_batch"], c["seq"], c["data_parallel"])
+            _accumulation_case(accumulation_steps, args, -(-args[0] // (args[1] * args[2] * args[3])))
+        grade_drawn(ACCUMULATION_DOMAIN, "accumulation_steps", DRAWN_ACCUMULATION_CASES, drawn)
+
+
+def _accumulation_case(accumulation_steps, args: tuple, want: int | None) -> None:
+    what = f"accumulation_steps{args}"
+    if want is None:
+        bad = ("micro_batch", "seq", "data_parallel")[[a < 1 for a in args[1:]].index(True)]
+        expect_value_error(accumulation_steps, *args, what=what, why=f"for {bad} below 1")
+        return
+    got = call_learner(accumulation_steps, *args, what=what)
+    if got != want or not isinstance(got, int):
+        raise CheckFailed(f"{what}: expected {want} (each step covers micro_batch x seq x data_parallel = "
+                          f"{args[1] * args[2] * args[3]:,} tokens; round up, in integers: a float is not exact "
+                          f"beyond 2**53), got {got!r}")
 
 
 # ------------------------------------------------------------------------------------------- axes
