@@ -138,6 +138,7 @@ def test_lesson_03_formulas_pass_their_drawn_cases_and_float_arithmetic_fails(se
     solution = load_solution("03_zero")
     checks = {c.name: c for c in checks_for("03_zero")}
     checks["zero_bytes_per_rank"].run(solution.zero_bytes_per_rank, cases="hidden")
+    checks["shard_bounds"].run(solution.shard_bounds, cases="hidden")
     checks["comm_bytes_per_rank"].run(solution.comm_bytes_per_rank, cases="hidden")
 
     def comm_bytes_in_floats(stage, numel, world_size, param_bytes=2, grad_bytes=2):

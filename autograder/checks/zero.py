@@ -123,6 +123,10 @@ def _plan_shard_bounds() -> list[Case]:
     return plan
 
 
+SHARD_DOMAIN = {"numel": Sizes(0, 2**62, edges=(0, 1, 2**53 - 1, 2**53 + 1)), "world_size": Sizes(1, 512, edges=(1, 2, 3))}
+DRAWN_SHARD_CASES = 20
+
+
 def check_shard_bounds(shard_bounds, cases: str = "visible") -> None:
     for case in _select(_plan_shard_bounds(), cases):
         if case.kind == "invalid":
@@ -131,23 +135,29 @@ def check_shard_bounds(shard_bounds, cases: str = "visible") -> None:
                                what=f"shard_bounds(numel={numel:,}, world_size={n:,}, rank={r:,})",
                                why=f"({case.axes['invalid argument']})")
             continue
-        numel, n = case.args
-        def call(r):
-            return f"shard_bounds(numel={numel:,}, world_size={n:,}, rank={r:,})"
+        _shard_case(shard_bounds, *case.args)
+    if check_cases(cases)[1]:
+        grade_drawn(SHARD_DOMAIN, "shard_bounds", DRAWN_SHARD_CASES,
+                    lambda c: _shard_case(shard_bounds, c["numel"], c["world_size"]))
 
-        bounds = [call_learner(shard_bounds, numel, n, r, what=call(r)) for r in range(n)]
-        size = -(-numel // n)
-        for r, b in enumerate(bounds):
-            if not (isinstance(b, tuple) and len(b) == 2 and all(isinstance(x, int) for x in b)):
-                raise CheckFailed(f"{call(r)} should return a tuple (start, stop) of ints, got {_count(b)}")
-            if b != (r * size, (r + 1) * size):
-                lengths = ", ".join(_count(stop - start) for start, stop in bounds[:8]) + (", ..." if n > 8 else "")
-                raise CheckFailed(
-                    f"{call(r)}: expected (start, stop) = {_count((r * size, (r + 1) * size))}, got {_count(b)}. "
-                    f"Every shard has ceil({numel:,}/{n:,}) = {size:,} elements and they follow each other (shard "
-                    f"lengths you gave: {lengths}; together they must cover all {numel:,} elements)"
-                    + (". Above 2**53 a float cannot hold every integer: round up with integer arithmetic"
-                       if numel >= 2**53 else ""))
+
+def _shard_case(shard_bounds, numel: int, n: int) -> None:
+    def call(r):
+        return f"shard_bounds(numel={numel:,}, world_size={n:,}, rank={r:,})"
+
+    bounds = [call_learner(shard_bounds, numel, n, r, what=call(r)) for r in range(n)]
+    size = -(-numel // n)
+    for r, b in enumerate(bounds):
+        if not (isinstance(b, tuple) and len(b) == 2 and all(isinstance(x, int) for x in b)):
+            raise CheckFailed(f"{call(r)} should return a tuple (start, stop) of ints, got {_count(b)}")
+        if b != (r * size, (r + 1) * size):
+            lengths = ", ".join(_count(stop - start) for start, stop in bounds[:8]) + (", ..." if n > 8 else "")
+            raise CheckFailed(
+                f"{call(r)}: expected (start, stop) = {_count((r * size, (r + 1) * size))}, got {_count(b)}. "
+                f"Every shard has ceil({numel:,}/{n:,}) = {size:,} elements and they follow each other (shard "
+                f"lengths you gave: {lengths}; together they must cover all {numel:,} elements)"
+                + (". Above 2**53 a float cannot hold every integer: round up with integer arithmetic"
+                   if numel >= 2**53 else ""))
 
 
 # --------------------------------------------------------------------------------------- ZeroAdamW
