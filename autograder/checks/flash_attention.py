@@ -13,13 +13,16 @@ what the exercise keeps. A message that names an element names it by its index i
 (numerics.element); a NaN in a PyTorch exercise's result is explained in that exercise's terms (it has no grid).
 
 Each check iterates over case records (ATTN_CASES, SOFTMAX_CASES, MEM_CASES, ...); AXES lists what the
-exercises' text lets vary and case_axes reads the same records.
+exercises' text lets vary and case_axes reads the same records. With the hidden cases, online_softmax and
+attention_tiled also grade cases drawn from their exercise's whole domain (softmax_domain(), tiled_domain();
+autograder/checks/domain.py).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import math
+import random
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +32,7 @@ import memfit
 import memfit.from_lessons.flash_attention as REFERENCE  # imported before the grading child's guards go up
 from autograder.checks import (Check, CheckFailed, KernelSpec, NotImplementedYet, call_learner, check_cases,
                                expect_value_error, given_references)
+from autograder.checks.domain import Choice, Sizes, grade_drawn
 from autograder.checks.numerics import (assert_close_by_rule, call_pure, element, expect_like,
                                         expect_no_torch_arithmetic, guarded_allocations, seeded_generator,
                                         summation_bound)
@@ -289,37 +293,70 @@ SOFTMAX_CASES = [
 ]
 
 
+def _check_softmax(online_softmax_stats, case: SoftmaxCase, seed: int) -> None:
+    rows, widths, offset, pattern = case.rows, list(case.widths), case.offset, case.pattern
+    x = (_randn((rows, sum(widths)), torch.float32, seed, scale=4.0) + offset).to(case.dtype)
+    if pattern == "first":  # some rows see only -inf in the first blocks (left padding)
+        x[::2, : sum(widths[:-1])] = float("-inf")
+    elif pattern == "scattered":
+        gen = seeded_generator(seed)
+        masked = torch.rand(x.shape, generator=gen) < 0.5
+        masked[:, -1] = False
+        x[masked.to(x.device)] = float("-inf")
+    what = f"online_softmax_stats over {rows} rows of {_name(case.dtype)} in blocks of widths {widths}" + (
+        f", values near {offset:g}" if offset else "") + (f", -inf entries ({pattern})" if pattern else "")
+
+    @functools.wraps(online_softmax_stats)
+    def over_a_generator(*blocks):
+        return online_softmax_stats(_one_pass(blocks))
+
+    got = _expect_pair(call_pure(over_a_generator, *x.split(widths, dim=1), what=what), what, "m, l")
+    m, l = got
+    exact_m = x.double().amax(dim=1)
+    expect_like(m, exact_m.float(), what + ", m")
+    if not torch.equal(m.double(), exact_m):
+        bad = int((m.double() != exact_m).nonzero()[0])
+        raise CheckFailed(f"{what}: m should be each row's maximum; at {element(m, bad)} (row {bad}): expected "
+                          f"{exact_m[bad].item():g}, got {m[bad].item():g}")
+    exact_l = torch.exp(x.double() - exact_m[:, None]).sum(dim=1)
+    xf = x.float()
+    same_l = torch.exp(xf - xf.amax(dim=1, keepdim=True)).sum(dim=1)
+    _close_in_pytorch(l, exact_l, same_l, what + ", l (the sum of exp(x - m))", NAN_IN_SOFTMAX)
+
+
+def softmax_domain() -> dict:
+    """Every input the text allows: any rows, any number of blocks of any widths, each dtype, values that overflow
+    or underflow exp without the running max, -inf entries (each row finite somewhere: its last column)."""
+    return {"rows": Sizes(1, 16, edges=(1, 2)), "blocks": Sizes(1, 12, edges=(1, 2)),
+            "width": Sizes(1, 64, edges=(1, 2)), "widths": Choice("equal", "ragged last", "uneven"),
+            "values": Choice(0.0, 500.0, -800.0, 1000.0, -300.0, 80.0), "pattern": Choice("none", "first", "scattered"),
+            "dtype": Choice(*_names(_dtypes()))}
+
+
+def _drawn_widths(blocks: int, width: int, kind: str, seed: int) -> tuple:
+    rng = random.Random(seed)
+    if kind == "equal":
+        return (width,) * blocks
+    if kind == "ragged last":
+        return (width,) * (blocks - 1) + (rng.randint(1, width),)
+    return tuple(rng.randint(1, width) for _ in range(blocks))
+
+
+DRAWN_SOFTMAX_CASES = 12  # (about 1 ms each)
+
+
 def check_online_softmax(online_softmax_stats, cases: str = "visible") -> None:
     records = _plan(SOFTMAX_CASES, cases)  # a third-dtype case runs in fp32 where there is no bf16
     for seed, case in enumerate(records):
-        rows, widths, offset, pattern = case.rows, list(case.widths), case.offset, case.pattern
-        x = (_randn((rows, sum(widths)), torch.float32, seed, scale=4.0) + offset).to(case.dtype)
-        if pattern == "first":  # some rows see only -inf in the first blocks (left padding)
-            x[::2, : sum(widths[:-1])] = float("-inf")
-        elif pattern == "scattered":
-            gen = seeded_generator(seed)
-            masked = torch.rand(x.shape, generator=gen) < 0.5
-            masked[:, -1] = False
-            x[masked.to(x.device)] = float("-inf")
-        what = f"online_softmax_stats over {rows} rows of {_name(case.dtype)} in blocks of widths {widths}" + (
-            f", values near {offset:g}" if offset else "") + (f", -inf entries ({pattern})" if pattern else "")
-
-        @functools.wraps(online_softmax_stats)
-        def over_a_generator(*blocks):
-            return online_softmax_stats(_one_pass(blocks))
-
-        got = _expect_pair(call_pure(over_a_generator, *x.split(widths, dim=1), what=what), what, "m, l")
-        m, l = got
-        exact_m = x.double().amax(dim=1)
-        expect_like(m, exact_m.float(), what + ", m")
-        if not torch.equal(m.double(), exact_m):
-            bad = int((m.double() != exact_m).nonzero()[0])
-            raise CheckFailed(f"{what}: m should be each row's maximum; at {element(m, bad)} (row {bad}): expected "
-                              f"{exact_m[bad].item():g}, got {m[bad].item():g}")
-        exact_l = torch.exp(x.double() - exact_m[:, None]).sum(dim=1)
-        xf = x.float()
-        same_l = torch.exp(xf - xf.amax(dim=1, keepdim=True)).sum(dim=1)
-        _close_in_pytorch(l, exact_l, same_l, what + ", l (the sum of exp(x - m))", NAN_IN_SOFTMAX)
+        _check_softmax(online_softmax_stats, case, seed)
+    if check_cases(cases)[1]:
+        def check_one(drawn: dict) -> None:
+            widths = _drawn_widths(drawn["blocks"], drawn["width"], drawn["widths"], drawn["seed"])
+            case = SoftmaxCase(drawn["rows"], widths, drawn["values"],
+                               None if drawn["pattern"] == "none" else drawn["pattern"],
+                               _names(_dtypes()).index(drawn["dtype"]), True)
+            _check_softmax(online_softmax_stats, case, drawn["seed"])
+        grade_drawn(softmax_domain(), "online_softmax", DRAWN_SOFTMAX_CASES, check_one)
 
 
 # ---------------------------------------------------------------------------------- tiled attention
@@ -353,21 +390,40 @@ def _mem_plan(cases: str) -> list[MemCase]:
     return [c for c in _plan(MEM_CASES, cases) if _slot_exists(c.slot)]
 
 
+def _check_tiled(attention_tiled, case: AttnCase, seed: int) -> None:
+    q, k, v = _inputs(case, seed)
+    if case.tiles is None:
+        what = f"attention_tiled{case.describe()} with the default block sizes"
+        args = (q, k, v, case.causal)
+    else:
+        what = f"attention_tiled{case.describe()} with block_m={case.tiles[0]}, block_n={case.tiles[1]}"
+        args = (q, k, v, case.causal, *case.tiles)
+    o, lse = _expect_pair(call_pure(attention_tiled, *args, what=what), what, "o, lse")
+    exact_o, exact_lse = _exact(q, k, v, case.causal)
+    same_o, same_lse = _torch_same(q, k, v, case.causal)
+    o_bound, lse_bound = _bounds(q, k, v, case.causal)
+    _close_in_pytorch(o, exact_o, same_o, what + ", o", NAN_IN_TILED, bound=o_bound)
+    _check_lse(lse, q, exact_lse, same_lse, what, lse_bound, nan_why=NAN_IN_TILED)
+
+
+def tiled_domain() -> dict:
+    """Every call the text allows: any B, H, N and head dim, causal or not, block sizes of the caller's (equal,
+    unequal, neither a multiple of the other, the defaults), each dtype, contiguous or transposed views, logits
+    moderate or large (autograder/checks/domain.py draws hidden cases from it)."""
+    return {"n": Sizes(1, 300, edges=(1, 2, 15, 16, 17, 23, 24, 25, 31, 32, 33, 40, 63, 64, 65)),
+            "d": Sizes(1, 128, edges=(1, 16, 64, 80, 128)), "b": Sizes(1, 2), "h": Sizes(1, 3),
+            "causal": Choice(False, True),
+            "tiles": Choice((16, 16), (8, 16), (16, 8), (32, 16), (16, 32), (24, 40), (40, 24), "defaults"),
+            "dtype": Choice(*_names(_dtypes())), "layout": Choice("contiguous", "transposed"),
+            "logits": Choice("moderate", "large")}
+
+
+DRAWN_TILED_CASES = 16
+
+
 def check_attention_tiled(attention_tiled, cases: str = "visible") -> None:
     for seed, case in enumerate(_attn_plan(cases, max_n=1000)):
-        q, k, v = _inputs(case, 10 * seed)
-        if case.tiles is None:
-            what = f"attention_tiled{case.describe()} with the default block sizes"
-            args = (q, k, v, case.causal)
-        else:
-            what = f"attention_tiled{case.describe()} with block_m={case.tiles[0]}, block_n={case.tiles[1]}"
-            args = (q, k, v, case.causal, *case.tiles)
-        o, lse = _expect_pair(call_pure(attention_tiled, *args, what=what), what, "o, lse")
-        exact_o, exact_lse = _exact(q, k, v, case.causal)
-        same_o, same_lse = _torch_same(q, k, v, case.causal)
-        o_bound, lse_bound = _bounds(q, k, v, case.causal)
-        _close_in_pytorch(o, exact_o, same_o, what + ", o", NAN_IN_TILED, bound=o_bound)
-        _check_lse(lse, q, exact_lse, same_lse, what, lse_bound, nan_why=NAN_IN_TILED)
+        _check_tiled(attention_tiled, case, 10 * seed)
     for i, case in enumerate(_mem_plan(cases)):
         n = case.seq if memfit.HAS_GPU else 2 * case.seq  # a Python loop per tile: on a GPU, launches
         b, h, d, block = 1, 2, 32, (32, 32) if i % 2 == 0 else (16, 32)
@@ -384,6 +440,14 @@ def check_attention_tiled(attention_tiled, cases: str = "visible") -> None:
                               f"full score matrix alone is {format_bytes(b * h * n * n * 4)}: keep S and P to one "
                               "(block_m x block_n) tile at a time")
         _check_kept(report, 0, what, "o and lse")
+    if check_cases(cases)[1]:
+        def check_one(drawn: dict) -> None:
+            case = AttnCase(drawn["b"], drawn["h"], drawn["n"], drawn["d"], drawn["causal"],
+                            _names(_dtypes()).index(drawn["dtype"]), drawn["layout"],
+                            50.0 if drawn["logits"] == "large" else 1.0,
+                            None if drawn["tiles"] == "defaults" else drawn["tiles"], hidden=True)
+            _check_tiled(attention_tiled, case, drawn["seed"])
+        grade_drawn(tiled_domain(), "attention_tiled", DRAWN_TILED_CASES, check_one)
 
 
 # ------------------------------------------------------------------------------------- Triton forward

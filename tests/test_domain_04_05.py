@@ -1,0 +1,71 @@
+"""Lessons 04 and 05 grade hidden cases drawn from their exercises' whole domains (autograder/checks/domain.py): the
+reference keeps its points under every hidden seed, and natural mistakes that every fixed case misses lose them on a
+drawn case, shown as the smallest failing case found."""
+import pytest
+import torch
+
+from autograder.checks import CheckFailed, checks_for
+from autograder.checks.domain import HIDDEN_SEED_ENV
+from course.notebook_loader import load_solution
+
+ADOPTED = [("04_kernel_fusion", "pow4_numerics"), ("04_kernel_fusion", "rmsnorm_forward"),
+           ("04_kernel_fusion", "rmsnorm_backward"), ("04_kernel_fusion", "swiglu"),
+           ("05_flash_attention", "online_softmax"), ("05_flash_attention", "attention_tiled")]
+
+
+def _check(lesson: str, name: str):
+    return next(c for c in checks_for(lesson) if c.name == name)
+
+
+@pytest.fixture
+def grading(monkeypatch):
+    monkeypatch.setenv("MEMFIT_GRADING", "1")
+
+    def with_seed(seed: int) -> None:
+        monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
+    return with_seed
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("lesson, name", ADOPTED, ids=[name for _, name in ADOPTED])
+def test_the_reference_passes_its_drawn_cases_under_other_seeds(lesson, name, seed, grading):
+    grading(seed)
+    check = _check(lesson, name)
+    reference = load_solution(lesson)
+    check.run(*(getattr(reference, use) for use in check.uses), cases="hidden")
+
+
+def test_pow4_result_allocated_like_a_transposed_input_is_caught(grading):
+    """Computes on a contiguous copy (as the text allows) but allocates the result with torch.empty_like(a), which
+    keeps a transposed a's strides, and fills it as a flat array. The fixed cases' only view has gaps (empty_like
+    then gives a contiguous tensor), so only a drawn transposed `a` shows it."""
+    ref = load_solution("04_kernel_fusion")
+
+    def pow4(a, out=None):
+        out = torch.empty_like(a) if out is None else out
+        out.as_strided((a.numel(),), (1,), out.storage_offset()).copy_(ref.pow4(a.contiguous()).view(-1))
+        return out
+
+    grading(0)
+    with pytest.raises(CheckFailed, match=r"smallest failing case found: .*layout=transposed.*: pow4\(a\) with a of "
+                                          r"shape .* \(strided .*: at index \d+ .* expected"):
+        _check("04_kernel_fusion", "pow4_numerics").run(pow4, cases="all")
+
+
+def test_rmsnorm_forward_with_a_block_capped_at_4096_columns_is_caught(grading):
+    """One block of at most 4096 columns (to spare registers) and no loop over the rest of the row: the fixed cases'
+    longest row is 4096, the text allows rows up to memfit.config("rmsnorm")["BLOCK"]."""
+    ref = load_solution("04_kernel_fusion")
+
+    def rmsnorm_forward(x, weight, eps=1e-5):
+        h = x.shape[-1]
+        rows = x.reshape(-1, h).contiguous()
+        y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0], dtype=torch.float32, device=x.device)
+        block = min(1 << (h - 1).bit_length(), 4096)
+        ref.rmsnorm_forward_kernel[(rows.shape[0],)](rows, weight, y, rstd, rows.stride(0), h, eps, BLOCK=block)
+        return y.view(x.shape), rstd
+
+    grading(1)
+    with pytest.raises(CheckFailed, match=r"smallest failing case found: h=(409[7-9]|4[1-9]\d\d|[5-9]\d{3}|1\d{4}), "
+                                          r".*output elements are NaN, first at index .*4,?096"):
+        _check("04_kernel_fusion", "rmsnorm_forward").run(rmsnorm_forward, cases="all")
