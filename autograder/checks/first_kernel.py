@@ -77,14 +77,14 @@ def _true_bytes(shape, dtype) -> int:
 
 
 def bytes_domain() -> dict:
-    """Any shape of rank 0 to 4 with any sizes (0, 1, and counts past 2**24 and 2**31 bytes among them), every dtype,
-    given as a tuple or a torch.Size."""
-    return {"rank": Choice(1, 0, 2, 3, 4), "dim": Sizes(0, 20_000_000, edges=(0, 1, 2, 4097, 16_777_217)),
+    """Any shape of rank 0 to 4 with any sizes (0, 1, and counts past 2**24, 2**31 and 2**53, where float32, int32
+    and float64 arithmetic fail), every dtype, given as a tuple or a torch.Size."""
+    return {"rank": Choice(1, 0, 2, 3, 4), "dim": Sizes(0, 2**56, edges=(0, 1, 2, 4097, 16_777_217, 2**31 + 1, 2**53 + 1)),
             "other_dims": Sizes(0, 8192, edges=(0, 1, 3, 4096)), "dtype": Choice(*(dtype_name(d) for d in BYTES_DTYPES)),
             "as_size": Choice(False, True)}
 
 
-DRAWN_BYTES_CASES = 40
+DRAWN_BYTES_CASES = 120
 
 
 def _drawn_bytes_case(case: dict) -> BytesCase:
