@@ -4,7 +4,8 @@ against its published table, NF4 quantize / dequantize byte for byte, and a step
 against the real one and lesson 02's formula.
 
 Each check iterates over a plan of case records; AXES lists what the exercises' text lets vary and case_axes reads
-the same records."""
+the same records. lora_function and nf4 also grade hidden cases drawn from their exercises' whole domains
+(autograder/checks/domain.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -20,6 +21,7 @@ from torch.utils._pytree import tree_leaves
 import memfit
 import memfit.from_lessons.fine_tune as reference  # imported before the grading child's guards go up
 from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error
+from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
 from autograder.checks.numerics import (assert_close_by_rule, case_dtypes, dtype_name, expect_like, seeded_generator,
                                         seeded_randn, summation_bound)
 from memfit.gpt import COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, GPTConfig, unique_parameters
@@ -216,6 +218,7 @@ class LoraCase:
     layout: str = "contiguous"  # "contiguous", "transposed" (a permuted view), "strided last dim"
     x_grad: bool = True
     seed: int = 0
+    adapters: str = "trainable"  # ADAPTERS: which of lora_a and lora_b require a gradient
 
     @property
     def d_in(self) -> int:
@@ -224,12 +227,14 @@ class LoraCase:
     def axes(self) -> dict:
         return {"rank": len(self.x_shape), "dtype": dtype_name(self.dtype), "layout": self.layout,
                 "x_requires_grad": self.x_grad, "scale": "1" if self.scale == 1 else "other",
-                "r": "1" if self.r == 1 else "> 1", "d_out": "= d_in" if self.d_out == self.d_in else "!= d_in"}
+                "r": "1" if self.r == 1 else "> 1", "d_out": "= d_in" if self.d_out == self.d_in else "!= d_in",
+                "adapters": self.adapters}
 
     def what(self) -> str:
         return (f"LoRAFunction.apply(x {tuple(self.x_shape)} {self.layout} {dtype_name(self.dtype)}"
                 f"{'' if self.x_grad else ' without requires_grad'}, weight ({self.d_out}, {self.d_in}), lora_a "
-                f"({self.r}, {self.d_in}), lora_b ({self.d_out}, {self.r}), scale={self.scale})")
+                f"({self.r}, {self.d_in}), lora_b ({self.d_out}, {self.r}), scale={self.scale}"
+                f"{'' if self.adapters == 'trainable' else ', ' + self.adapters})")
 
     def make(self, device=None):
         """x, weight, lora_a, lora_b, dy on the device, with the layout asked for."""
@@ -248,7 +253,8 @@ class LoraCase:
         a = seeded_randn((self.r, self.d_in), self.dtype, self.seed + 2, 1 / math.sqrt(self.d_in)).to(device)
         b = seeded_randn((self.d_out, self.r), self.dtype, self.seed + 3, 0.5).to(device)
         dy = seeded_randn(tuple(shape[:-1]) + (self.d_out,), self.dtype, self.seed + 4).to(device)
-        return x, w, a.requires_grad_(), b.requires_grad_(), dy
+        return (x, w, a.requires_grad_(self.adapters in ("trainable", "lora_b frozen")),
+                b.requires_grad_(self.adapters in ("trainable", "lora_a frozen")), dy)
 
 
 def _lora_dtypes() -> tuple:
@@ -269,10 +275,15 @@ def _numerics_cases() -> list[LoraCase]:
              LoraCase((5, 3, 128), 96, 2, 0.25, False, layout="strided last dim", seed=5)]
     for dtype in LORA_DTYPES[1:]:
         cases.append(LoraCase((33, 128), 96, 8, 2.0, False, dtype=dtype, seed=6))
+    cases += [LoraCase((12, 64), 48, 4, 1.0, False, seed=7, adapters=adapters)  # what needs_input_grad may say
+              for adapters in ("frozen", "lora_a frozen", "lora_b frozen")]
     hidden = [LoraCase((3, 33, 160), 96, 12, 0.25, True, seed=11),
               LoraCase((70, 32), 200, 1, 4.0, True, layout="strided last dim", seed=12),
               LoraCase((130,), 130, 3, 1.0, True, seed=13),
-              LoraCase((4, 7, 96), 96, 32, 1.0, True, layout="transposed", x_grad=False, seed=14)]
+              LoraCase((4, 7, 96), 96, 32, 1.0, True, layout="transposed", x_grad=False, seed=14),
+              LoraCase((2, 11, 80), 40, 5, 0.5, True, seed=17, adapters="frozen"),
+              LoraCase((19, 72), 72, 3, 2.0, True, seed=18, x_grad=False, adapters="lora_a frozen"),
+              LoraCase((23, 48), 64, 6, 1.0, True, seed=19, adapters="lora_b frozen")]
     for dtype in LORA_DTYPES[1:]:
         hidden += [LoraCase((2, 41, 96), 72, 6, 0.5, True, dtype=dtype, layout="transposed", seed=15),
                    LoraCase((48, 256), 128, 16, 2.0, True, dtype=dtype, x_grad=False, seed=16)]
@@ -311,40 +322,103 @@ def _run_learner(fn, case: LoraCase, x, w, a, b, dy):
     return y
 
 
+def lora_domain() -> dict:
+    """Every call exercise 2 allows: x of rank 1 to 4, contiguous, a permuted view or strided in its last dimension,
+    with or without a gradient; d_in, d_out and r from 1 (r above d_in too), several scales, each dtype
+    (autograder/checks/domain.py draws hidden cases from it)."""
+    return {"rank": Choice(2, 1, 3, 4), "tokens": Sizes(1, 64, edges=(1,)), "lead": Sizes(1, 4),
+            "d_in": Sizes(1, 160, edges=(1,)), "d_out": Sizes(1, 160, edges=(1,)), "r": Sizes(1, 32, edges=(1,)),
+            "scale": Choice(1.0, 2.0, 0.25, 16.0), "dtype": Choice(*(dtype_name(d) for d in LORA_DTYPES)),
+            "layout": Choice("contiguous", "transposed", "strided last dim"), "x_requires_grad": Choice(True, False),
+            "adapters": Choice(*ADAPTERS)}
+
+
+ADAPTERS = ("trainable", "lora_a frozen", "lora_b frozen", "frozen")  # what ctx.needs_input_grad may say of them
+
+
+def _drawn_lora_case(d: dict) -> LoraCase:
+    rank, tokens, lead = d["rank"], d["tokens"], d["lead"]
+    if rank == 1 and d["layout"] == "transposed":
+        raise Impossible()  # a 1-D x has no leading dimensions to permute
+    if d["adapters"] == "frozen" and not d["x_requires_grad"]:
+        raise Impossible()  # nothing requires a gradient: no backward to check
+    lead_dims = {1: (), 2: (tokens,), 3: (lead, tokens), 4: (lead, 2, tokens)}[rank]
+    return LoraCase((*lead_dims, d["d_in"]), d["d_out"], d["r"], d["scale"], True, getattr(torch, d["dtype"]),
+                    d["layout"], d["x_requires_grad"], d["seed"], d["adapters"])
+
+
+DRAWN_LORA_CASES = 8
+
+
 def check_lora_function(lora_function, cases: str = "visible") -> None:
     for case in _plan(NUMERICS_CASES, cases):
-        x, w, a, b, dy = case.make()
-        y = _run_learner(lora_function, case, x, w, a, b, dy)
-        x64, w64, a64, b64 = (t.detach().double().requires_grad_(t.requires_grad) for t in (x, w, a, b))
-        exact = _composite(x64, w64, a64, b64, case.scale, dy.double())
-        same = _composite(x, w, a, b, case.scale, dy)
-        # Σ|terms| of each element: the same products on the inputs' magnitudes; every sum has fewer terms than these
-        magnitude = _composite(*(t.detach().double().abs().requires_grad_(t.requires_grad) for t in (x, w, a, b)),
-                               abs(case.scale), dy.double().abs())
-        terms = math.prod(case.x_shape[:-1]) + case.d_in + case.d_out + case.r
-        hint = {"y": " (y = x Wᵀ + scale · (x Aᵀ) Bᵀ)", "dx": " (dx = dy W + scale · (dy B) A)",
-                "d lora_a": " (dA = scale · (dy B)ᵀ x, summed over every token)",
-                "d lora_b": " (dB = scale · dyᵀ (x Aᵀ), summed over every token)"}
-        for name, got, e, s, m in (("y", y, exact[0], same[0], magnitude[0]),
-                                   ("dx", x.grad, exact[1], same[1], magnitude[1]),
-                                   ("d lora_a", a.grad, exact[2], same[2], magnitude[2]),
-                                   ("d lora_b", b.grad, exact[3], same[3], magnitude[3])):
-            if e is None:
-                continue
-            if got is None:
-                raise CheckFailed(f"{case.what()}: {name} is None after y.backward(dy): return it from backward"
-                                  f"{hint[name]}")
-            try:
-                assert_close_by_rule(got, e, s, f"{case.what()}, {name}",
-                                     bound=summation_bound(m, terms, case.dtype))
-            except CheckFailed as exc:
-                raise CheckFailed(f"{exc}{hint[name]}") from None
+        _check_lora_case(lora_function, case)
     bad = LoraCase((8, 64), 32, 4, 1.0, False)
     x, w, a, b, _ = bad.make()
     for label, args in (("weight of shape (32, 48) for x's 64 features", (x, w[:, :48], a, b)),
                         ("lora_b of shape (32, 3) for lora_a's rank 4", (x, w, a, b[:, :3]))):
         expect_value_error(lambda *t: lora_function.apply(*t, 1.0), *args, what=f"LoRAFunction.apply with a {label}",
                            why="(call check_lora_inputs first)")
+    _check_two_forwards(lora_function)
+    if check_cases(cases)[1]:
+        grade_drawn(lora_domain(), "lora_function", DRAWN_LORA_CASES,
+                    lambda d: _check_lora_case(lora_function, _drawn_lora_case(d)))
+
+
+def _check_two_forwards(lora_function) -> None:
+    """One layer called on two inputs before one backward (a layer shared by two micro-batches, or recomputed): each
+    backward uses its own forward's saved tensors, and the adapters' gradients are the two calls' sum."""
+    first, second = LoraCase((9, 40), 24, 4, 2.0, False, seed=21), LoraCase((13, 40), 24, 4, 0.5, False, seed=22)
+    x1, w, a, b, dy1 = first.make()
+    x2, _, _, _, dy2 = second.make()
+    what = "two calls of LoRAFunction.apply with one weight, lora_a and lora_b (x of 9 and 13 tokens, scales 2 and 0.5)"
+    forward = _named(lora_function.apply, lora_function, "forward")
+    y1 = call_learner(forward, x1, w, a, b, first.scale, what=what + ", the first")
+    y2 = call_learner(forward, x2, w, a, b, second.scale, what=what + ", the second")
+    loss = lambda y1, y2: (y1.float() * dy1.float()).sum() + (y2.float() * dy2.float()).sum()  # noqa: E731
+    call_learner(_named(loss(y1, y2).backward, lora_function, "backward"), what=what + ", then one backward of both")
+    e1, e2 = (_composite(*(t.detach().double().requires_grad_(t.requires_grad) for t in (x, w, a, b)), c.scale,
+                         dy.double()) for x, dy, c in ((x1, dy1, first), (x2, dy2, second)))
+    m1, m2 = (_composite(*(t.detach().double().abs().requires_grad_(t.requires_grad) for t in (x, w, a, b)), c.scale,
+                         dy.double().abs()) for x, dy, c in ((x1, dy1, first), (x2, dy2, second)))
+    for name, got, exact, magnitude in (("dx of the first", x1.grad, e1[1], m1[1]),
+                                        ("dx of the second", x2.grad, e2[1], m2[1]),
+                                        ("d lora_a", a.grad, e1[2] + e2[2], m1[2] + m2[2]),
+                                        ("d lora_b", b.grad, e1[3] + e2[3], m1[3] + m2[3])):
+        if got is None:
+            raise CheckFailed(f"{what}: {name} is None after the backward")
+        assert_close_by_rule(got, exact, exact.to(got.dtype), f"{what}: {name} (each backward must use what its own "
+                             "forward saved on ctx, nothing kept on the class or the module between calls)",
+                             bound=summation_bound(magnitude, 22 + 40 + 24 + 4, torch.float32))
+
+
+def _check_lora_case(lora_function, case: LoraCase) -> None:
+    x, w, a, b, dy = case.make()
+    y = _run_learner(lora_function, case, x, w, a, b, dy)
+    x64, w64, a64, b64 = (t.detach().double().requires_grad_(t.requires_grad) for t in (x, w, a, b))
+    exact = _composite(x64, w64, a64, b64, case.scale, dy.double())
+    same = _composite(x, w, a, b, case.scale, dy)
+    # Σ|terms| of each element: the same products on the inputs' magnitudes; every sum has fewer terms than these
+    magnitude = _composite(*(t.detach().double().abs().requires_grad_(t.requires_grad) for t in (x, w, a, b)),
+                           abs(case.scale), dy.double().abs())
+    terms = math.prod(case.x_shape[:-1]) + case.d_in + case.d_out + case.r
+    hint = {"y": " (y = x Wᵀ + scale · (x Aᵀ) Bᵀ)", "dx": " (dx = dy W + scale · (dy B) A)",
+            "d lora_a": " (dA = scale · (dy B)ᵀ x, summed over every token)",
+            "d lora_b": " (dB = scale · dyᵀ (x Aᵀ), summed over every token)"}
+    for name, got, e, s, m in (("y", y, exact[0], same[0], magnitude[0]),
+                               ("dx", x.grad, exact[1], same[1], magnitude[1]),
+                               ("d lora_a", a.grad, exact[2], same[2], magnitude[2]),
+                               ("d lora_b", b.grad, exact[3], same[3], magnitude[3])):
+        if e is None:
+            continue
+        if got is None:
+            raise CheckFailed(f"{case.what()}: {name} is None after y.backward(dy): return it from backward"
+                              f"{hint[name]}")
+        try:
+            assert_close_by_rule(got, e, s, f"{case.what()}, {name}",
+                                 bound=summation_bound(m, terms, case.dtype))
+        except CheckFailed as exc:
+            raise CheckFailed(f"{exc}{hint[name]}") from None
 
 
 # -------------------------------------------------------------------------------------- lora_memory
@@ -629,32 +703,53 @@ def _strided_search_copies_quietly():
         yield
 
 
+def nf4_domain() -> dict:
+    """Every weight exercise 4 allows: 1 row or more, one block of 64 per row or several, each dtype, each kind of
+    values of NF4_CASES, contiguous or a transposed view."""
+    return {"rows": Sizes(1, 40, edges=(1, 2)), "blocks": Sizes(1, 12, edges=(1, 2)),
+            "dtype": Choice("float32", "float16", "bfloat16"), "values": Choice("gaussian", "ties", "magnitudes"),
+            "layout": Choice("contiguous", "transposed")}
+
+
+DRAWN_NF4_CASES = 4
+
+
 def check_nf4(quantize_nf4, dequantize_nf4, cases: str = "visible") -> None:
     for case in _plan(NF4_CASES, cases):
-        w = case.make()
-        before = w.clone()
-        with _strided_search_copies_quietly():
-            got = call_learner(quantize_nf4, w, what=case.what())
-        if not torch.equal(w, before):
-            raise CheckFailed(f"{case.what()} changed w: quantize a copy")
-        want = reference.quantize_nf4(w)
-        _compare_nf4(got, want, case, w)
-        # dequantize is checked on the reference's NF4, so that a quantize bug is not counted twice
-        given = reference.NF4(want.codes.clone(), want.absmax.clone(), want.shape, want.dtype)
-        what = f"dequantize_nf4(quantize_nf4(w: {case.rows} x {case.cols} {dtype_name(case.dtype)}, {case.values}))"
-        w_hat = call_learner(dequantize_nf4, given, what=what)
-        exact = reference.dequantize_nf4(want)
-        expect_like(w_hat, exact, what)
-        err = (w_hat.double() - exact.double()).abs()
-        tol = 0.5 * torch.finfo(case.dtype).eps * exact.double().abs()  # in fp32, then one rounding: exact
-        if bool((err > tol).any()):
-            i = int((err - tol).argmax())
-            row, col = divmod(i, case.cols)
-            raise CheckFailed(f"{what}[{row}, {col}]: expected {exact[row, col].item()!r} (level × absmax, in fp32, "
-                              f"then {dtype_name(case.dtype)}), got {w_hat[row, col].item()!r}")
+        _check_nf4_case(quantize_nf4, dequantize_nf4, case)
     for case in _plan(INVALID_NF4_CASES, cases):
         expect_value_error(quantize_nf4, case.make(), what=f"quantize_nf4 of a {case.label} tensor",
                            why=f"for a {case.label} tensor")
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            case = NF4Case(d["rows"], 64 * d["blocks"], getattr(torch, d["dtype"]), d["values"], True, d["layout"],
+                           d["seed"])
+            _check_nf4_case(quantize_nf4, dequantize_nf4, case)
+        grade_drawn(nf4_domain(), "nf4", DRAWN_NF4_CASES, check_one)
+
+
+def _check_nf4_case(quantize_nf4, dequantize_nf4, case: NF4Case) -> None:
+    w = case.make()
+    before = w.clone()
+    with _strided_search_copies_quietly():
+        got = call_learner(quantize_nf4, w, what=case.what())
+    if not torch.equal(w, before):
+        raise CheckFailed(f"{case.what()} changed w: quantize a copy")
+    want = reference.quantize_nf4(w)
+    _compare_nf4(got, want, case, w)
+    # dequantize is checked on the reference's NF4, so that a quantize bug is not counted twice
+    given = reference.NF4(want.codes.clone(), want.absmax.clone(), want.shape, want.dtype)
+    what = f"dequantize_nf4(quantize_nf4(w: {case.rows} x {case.cols} {dtype_name(case.dtype)}, {case.values}))"
+    w_hat = call_learner(dequantize_nf4, given, what=what)
+    exact = reference.dequantize_nf4(want)
+    expect_like(w_hat, exact, what)
+    err = (w_hat.double() - exact.double()).abs()
+    tol = 0.5 * torch.finfo(case.dtype).eps * exact.double().abs()  # in fp32, then one rounding: exact
+    if bool((err > tol).any()):
+        i = int((err - tol).argmax())
+        row, col = divmod(i, case.cols)
+        raise CheckFailed(f"{what}[{row}, {col}]: expected {exact[row, col].item()!r} (level × absmax, in fp32, "
+                          f"then {dtype_name(case.dtype)}), got {w_hat[row, col].item()!r}")
 
 
 # ------------------------------------------------------------------------------------------ fake_step_memory
@@ -981,7 +1076,7 @@ AXES = {
                          "invalid": ("r", "targets", "base_dtype")},
     "lora_function": {"rank": (1, 2, 3), "dtype": ("float32", "float16", "bfloat16"),
                       "layout": ("contiguous", "transposed", "strided last dim"), "x_requires_grad": (True, False),
-                      "scale": ("1", "other"), "r": ("1", "> 1"), "d_out": ("= d_in", "!= d_in")},
+                      "scale": ("1", "other"), "r": ("1", "> 1"), "d_out": ("= d_in", "!= d_in"), "adapters": ADAPTERS},
     "lora_memory": {"rank": (1, 2, 3), "layout": ("contiguous", "transposed", "strided last dim"),
                     "x_requires_grad": (True, False), "dtype": ("float32", "float16", "bfloat16"),
                     "meter": (LIVE_TENSORS,)},

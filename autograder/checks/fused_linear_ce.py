@@ -5,7 +5,9 @@ Each check iterates over case records (CE_CASES, CHUNK_CASES, TILE_CASES, ...; e
 AXES lists what each exercise's text lets vary and case_axes reads the same records. Numerics follow the course's
 rule (autograder/checks/numerics.py): loss, dX, dW and db against a float64 reference (F.linear + F.cross_entropy
 through autograd), at most 2x the error of PyTorch's same chain in the input's dtype, plus a floor relative to the
-largest entry of each tensor, in every dtype of the profile. Cases cover ignored tokens (some, all, a whole chunk)
+largest entry of each tensor (exercise 1's loss and dlogits: of the weighted terms of lse's size they are differences
+of), in every dtype of the profile. Hidden cases are also drawn from exercises 1 and 2's whole domains
+(autograder/checks/domain.py). Cases cover ignored tokens (some, all, a whole chunk)
 under ignore_index -100, -1 and a vocabulary id, both reductions, label smoothing with ignored tokens, softcapping
 (with tiles narrower than a block), a bias, fp32_dw, logits large enough to overflow an exp without the row's
 maximum, token counts and vocabularies that are not a multiple of the chunk, the tile or the block. Inputs must
@@ -26,6 +28,7 @@ import memfit
 from memfit.from_lessons import fused_linear_ce as reference  # imported before the grading child's guards go up
 from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error,
                                given_references)
+from autograder.checks.domain import Choice, Sizes, grade_drawn
 from autograder.checks.numerics import (assert_close_by_rule, call_pure, expect_like, guarded_allocations,
                                         training_half, seeded_generator)
 from autograder.checks.numerics import dtype_name as _name, seeded_randn as _randn
@@ -242,30 +245,73 @@ def _logits(case, dtype, seed):
     return logits + 100 if case.magnitude == "large" else logits  # exp(100) overflows fp32
 
 
+def _check_ce_case(cross_entropy_with_grad, case, dtype, seed) -> None:
+    logits = _logits(case, dtype, seed)
+    t = case.targets(seed)
+    what = f"cross_entropy_with_grad({case.describe(dtype).replace(', H=0', '')})"
+    got = call_pure(cross_entropy_with_grad, logits, t, **case.options(), what=what)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise CheckFailed(f"{what} should return (loss, dlogits), got {type(got).__name__}")
+    results = {}
+    for key, cast in (("exact", torch.Tensor.double), ("same", lambda a: a)):
+        leaf = cast(logits).detach().clone().requires_grad_(True)
+        capped = case.softcap * torch.tanh(leaf / case.softcap) if case.softcap else leaf
+        loss = _loss(capped, t, case)
+        loss.backward()
+        results[key] = (loss.detach(), leaf.grad)
+    loss, dlogits = got
+    if not isinstance(loss, torch.Tensor) or loss.dtype != torch.float32 or loss.dim() != 0:
+        raise CheckFailed(f"{what}: the loss should be a 0-dim fp32 tensor, got "
+                          f"{getattr(loss, 'dtype', type(loss).__name__)}")
+    valid = int((t != case.ignore_index).sum())
+    row = 1.0 / max(valid, 1) if case.reduction == "mean" else 1.0  # the weight of each counted row
+    lf, floor = _loss_floor(dtype, case.v), _floor(dtype, 1)
+    _close(loss, results["exact"][0], results["same"][0].float(), what + ", loss", lf,
+           _lse_terms(results["exact"][0], row * valid, logits, torch.float32, lf))
+    _close(dlogits, results["exact"][1], results["same"][1], what + ", dlogits", floor,
+           _lse_terms(results["exact"][1], row if valid else 0.0, logits, dtype, floor))
+
+
+def _lse_terms(exact, weight: float, logits, dtype, floor_ulps) -> float:
+    """_close's relative_scale for the loss (weight: the rows' weights summed) and dlogits (one row's weight): both
+    are differences of terms of lse's size times the weight, known to lse's ulp (_softmax_scale), so a loss near 0 or
+    dlogits where p and the one-hot cancel (few words, confident rows) are not held to ulps of themselves."""
+    return max(1.0, _power_of_two_scale(exact) * weight) * _softmax_scale(logits, dtype, floor_ulps)
+
+
+# Exercise 1's and 2's loss options over the whole of what the text allows: ignore_index any integer (-100, -1, a
+# padding id inside the vocabulary: 0 or V-1), some or every token ignored, label_smoothing in [0, 1), a softcap.
+def _loss_axes() -> dict:
+    return {"dtype": Choice(*DTYPE_NAMES), "reduction": Choice("mean", "sum"),
+            "ignore_index": Choice(-100, -1, 0, "V-1"), "ignored": Choice("none", "some", "all"),
+            "label_smoothing": Choice(0.0, 0.1, 0.6), "softcap": Choice(None, 5.0, 1.0)}
+
+
+def _drawn_loss_case(d: dict, h: int, **more) -> Case:
+    ignore_index = d["v"] - 1 if d["ignore_index"] == "V-1" else d["ignore_index"]
+    ignored = {"none": 0.0, "some": 0.3, "all": 1.0, "a whole chunk": 0.2}[d["ignored"]]
+    return Case(d["n"], h, d["v"], ignored=ignored, smoothing=d["label_smoothing"], softcap=d["softcap"],
+                reduction=d["reduction"], ignore_index=ignore_index, dtype=d["dtype"], hidden=True, **more)
+
+
+def ce_domain() -> dict:
+    """Every call exercise 1's text allows (vocabularies around the kernels' block too; autograder/checks/domain.py
+    draws hidden cases from it)."""
+    return {"n": Sizes(1, 80, edges=(1, 2)), "v": Sizes(1, 2100, edges=(1, 2, BLOCK - 1, BLOCK, BLOCK + 1)),
+            **_loss_axes(), "magnitude": Choice("ordinary", "large")}
+
+
+DRAWN_CE_CASES = 2
+
+
 def check_cross_entropy_with_grad(cross_entropy_with_grad, cases: str = "visible") -> None:
     for index, case, dtype in _plan(CE_CASES, cases):
-        seed = 100 + index + (50 if case.hidden else 0)
-        logits = _logits(case, dtype, seed)
-        t = case.targets(seed)
-        what = f"cross_entropy_with_grad({case.describe(dtype).replace(', H=0', '')})"
-        got = call_pure(cross_entropy_with_grad, logits, t, **case.options(), what=what)
-        if not (isinstance(got, tuple) and len(got) == 2):
-            raise CheckFailed(f"{what} should return (loss, dlogits), got {type(got).__name__}")
-        results = {}
-        for key, cast in (("exact", torch.Tensor.double), ("same", lambda a: a)):
-            leaf = cast(logits).detach().clone().requires_grad_(True)
-            capped = case.softcap * torch.tanh(leaf / case.softcap) if case.softcap else leaf
-            loss = _loss(capped, t, case)
-            loss.backward()
-            results[key] = (loss.detach(), leaf.grad)
-        loss, dlogits = got
-        if not isinstance(loss, torch.Tensor) or loss.dtype != torch.float32 or loss.dim() != 0:
-            raise CheckFailed(f"{what}: the loss should be a 0-dim fp32 tensor, got "
-                              f"{getattr(loss, 'dtype', type(loss).__name__)}")
-        _close(loss, results["exact"][0], results["same"][0].float(), what + ", loss", _loss_floor(dtype, case.v))
-        floor = _floor(dtype, 1)
-        _close(dlogits, results["exact"][1], results["same"][1], what + ", dlogits", floor,
-               _softmax_scale(logits, dtype, floor))
+        _check_ce_case(cross_entropy_with_grad, case, dtype, 100 + index + (50 if case.hidden else 0))
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            case = _drawn_loss_case(d, 0, magnitude=d["magnitude"])
+            _check_ce_case(cross_entropy_with_grad, case, case.dtype_at(0), d["seed"])
+        grade_drawn(ce_domain(), "cross_entropy_with_grad", DRAWN_CE_CASES, check_one)
 
 
 # ------------------------------------------------------------------------ exercise 2: chunks of tokens
@@ -301,15 +347,38 @@ def _chunk_fit(case) -> str:
     return "divides N" if case.n % rows == 0 else "a partial last chunk"
 
 
+def _check_chunked_case(chunked_linear_ce, case, dtype, seed) -> None:
+    x, w, t, b = case.inputs(dtype, seed)
+    what = f"chunked_linear_ce({case.describe(dtype)}, {_chunk_message(case)})"
+    got = call_pure(chunked_linear_ce, x, w, t, b, **case.options(), chunk_size=case.chunk, what=what)
+    _compare(got, x, w, t, b, case, dtype, what)
+
+
+def chunk_domain() -> dict:
+    """Every call exercise 2's text allows: token counts around the chunk (given, or None: Liger's rule), a whole
+    chunk of ignored tokens (the trap), a bias, hidden sizes and vocabularies around the kernels' block."""
+    return {"n": Sizes(1, 96, edges=(1, 7, 8, 9, 15, 16, 17)), "h": Sizes(1, 48, edges=(1,)),
+            "v": Sizes(1, 600, edges=(1, 2, BLOCK - 1, BLOCK, BLOCK + 1)), "chunk_size": Choice(None, 16, 8, 1, 128),
+            "bias": Choice(False, True), **_loss_axes(),
+            "ignored": Choice("none", "some", "a whole chunk", "all")}
+
+
+DRAWN_CHUNK_CASES = 8
+
+
 def check_chunked_linear_ce(chunked_linear_ce, cases: str = "visible") -> None:
     with given_references(chunked_linear_ce, cross_entropy_with_grad=reference.cross_entropy_with_grad):
         for index, case, dtype in _plan(CHUNK_CASES, cases):
-            x, w, t, b = case.inputs(dtype, 200 + 10 * index + (500 if case.hidden else 0))
-            what = f"chunked_linear_ce({case.describe(dtype)}, {_chunk_message(case)})"
-            got = call_pure(chunked_linear_ce, x, w, t, b, **case.options(), chunk_size=case.chunk, what=what)
-            _compare(got, x, w, t, b, case, dtype, what)
+            _check_chunked_case(chunked_linear_ce, case, dtype, 200 + 10 * index + (500 if case.hidden else 0))
         for index, case, dtype in _plan(CHUNK_MEMORY, cases):
             _check_chunked_memory(chunked_linear_ce, case, dtype)
+        if check_cases(cases)[1]:
+            def check_one(d: dict) -> None:
+                rows = d["chunk_size"] or reference.liger_chunk_size(d["n"], d["h"], d["v"])
+                first = min(rows, d["n"]) if d["ignored"] == "a whole chunk" else 0
+                case = _drawn_loss_case(d, d["h"], bias=d["bias"], chunk=d["chunk_size"], ignore_first=first)
+                _check_chunked_case(chunked_linear_ce, case, case.dtype_at(0), d["seed"])
+            grade_drawn(chunk_domain(), "chunked_linear_ce", DRAWN_CHUNK_CASES, check_one)
 
 
 def _check_chunked_memory(chunked_linear_ce, case, dtype):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import importlib
+import os
 import tracemalloc
 
 from memfit.meter import LiveTensorMeter, format_bytes, measuring
@@ -34,7 +35,23 @@ def _launchers():
     return JITFunction, InterpretedFunction
 
 
-_METER_FILE = LiveTensorMeter.__torch_dispatch__.__code__.co_filename
+def _libraries() -> tuple[str, ...]:
+    """Where the process's own code lives (the standard library, installed packages but NumPy, the course's meter):
+    a block allocated there, by an import or the meter's bookkeeping, is not the learner's work."""
+    import numpy
+    import sysconfig
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(sorted(roots)) + ("<frozen ", LiveTensorMeter.__torch_dispatch__.__code__.co_filename), \
+        os.path.dirname(numpy.__file__)
+
+
+_LIBRARIES, _NUMPY = _libraries()
+
+
+def _the_call_s(trace: tracemalloc.Trace) -> bool:
+    """Whether a block was allocated by the learner's code or by NumPy (not by an import, a library, the meter)."""
+    where = trace.traceback[0].filename
+    return where.startswith(_NUMPY) or not where.startswith(_LIBRARIES)
 
 
 class _Trace:
@@ -43,7 +60,8 @@ class _Trace:
     Tracing is paused during a launch: tracemalloc would see every allocation of Triton's interpreter (which doubles
     a kernel's time in the interpreter) and the launch is left out anyway. tracemalloc restarts empty after a pause,
     so what the call held when it paused is carried: every block of CARRIED_BLOCK bytes or more then alive, counted as
-    held until the call returns (an upper bound: one freed later still counts). Smaller Python objects (a launch's
+    held until the call returns (an upper bound: one freed later still counts), unless a library allocated it (an
+    import inside a PyTorch operation, the meter's bookkeeping: _the_call_s). Smaller Python objects (a launch's
     arguments, a tuple) are not carried, so a loop of thousands of launches does not add up to the allowance; holding
     the allowance in pieces under 4 KiB across launches goes unseen, a cost this contract accepts for its speed."""
 
@@ -62,8 +80,8 @@ class _Trace:
     def pause(self) -> None:
         self.note_peak()
         if tracemalloc.get_traced_memory()[0] - self.base >= CARRIED_BLOCK:  # (no snapshot when nothing that large)
-            traces = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, _METER_FILE)]).traces
-            self.carried += sum(t.size for t in traces if t.size >= CARRIED_BLOCK)
+            traces = tracemalloc.take_snapshot().traces
+            self.carried += sum(t.size for t in traces if t.size >= CARRIED_BLOCK and _the_call_s(t))
         tracemalloc.stop()
 
 

@@ -21,7 +21,8 @@ before they are rounded), its states the nearest levels, over one chunk and seve
 gradients.
 
 Each check iterates over case records (BLOCK_CASES, MATMUL_CASES, ...): AXES lists what each exercise's text lets
-vary, and case_axes reads the same records.
+vary, and case_axes reads the same records. q8_0, q4_0 and blockwise also grade hidden cases drawn from their
+exercises' whole domains (autograder/checks/domain.py).
 """
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, che
                                given_references)
 from autograder.checks.numerics import assert_close_by_rule, expect_like, expect_no_torch_arithmetic, seeded_generator
 from autograder.checks.numerics import call_pure, dtype_name as _name, guarded_allocations, overlaps
+from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
 from autograder.checks.references import reference
+from memfit.hardware import config as _config
 from memfit.meter import LIVE_TENSORS, format_bytes, measure_peak
 
 QK = 32
@@ -538,28 +541,73 @@ def _block_invalid(fmt: str, quantize, dequantize, case: BlockInvalidCase) -> No
                            what=f"dequantize_{fmt} of a Quantized in format {other!r}", why="naming the format")
 
 
+def _check_block_one(fmt: str, quantize, dequantize, w: torch.Tensor, kind: str, view: str = "") -> None:
+    """One tensor through quantize (every scale and code exact, the round trip within the bound) and dequantize."""
+    what = f"quantize_{fmt}({kind} weights of shape {tuple(w.shape)}{view}, {_name(w.dtype)})"
+    with guarded_allocations(what):
+        qt = _call_pure_q(quantize, w, what=what)
+    ref = _check_layout(fmt, qt, w, what)
+    _check_round_trip(fmt, qt, w, what, ref)
+    _check_codes(fmt, qt, w, what, ref)
+    dq_what = what.replace("quantize", "dequantize", 1) + ", dequantized"
+    with guarded_allocations(dq_what):
+        out = _call_pure_q(dequantize, qt, what=dq_what)
+    _check_dequantized(fmt, out, qt, w, dq_what)
+
+
+def block_domain() -> dict:
+    """Every tensor exercises 1 and 2 allow: 1 to 3 dimensions, last-dimension lengths around the block of 32 and a
+    program's BLOCKS blocks, every kind of weights of BLOCK_CASES, each dtype, contiguous or a view (transposed, or
+    rows of a wider tensor) (autograder/checks/domain.py draws hidden cases from it)."""
+    program = QK * _config("quant_blocks")["BLOCKS"]
+    return {"n": Sizes(1, 300, edges=(1, QK - 1, QK, QK + 1, program - 1, program, program + 1)),
+            "rank": Choice(1, 2, 3), "lead": Sizes(1, 5),
+            "weights": Choice("gaussian", "heavy", "zeros", "blocky", "negative", "ties", "near", "tied", "tiny"),
+            "dtype": Choice(*(NAMES[d] for d in ALL_DTYPES)),
+            "layout": Choice("contiguous", "transposed", "column slice", "every other value")}
+
+
+def _drawn_block_tensor(fmt: str, d: dict) -> tuple[torch.Tensor, str]:
+    """The drawn weights as the view the case names, holding the values in w.reshape(-1)'s order that weights()
+    laid out by blocks (ties, tied extremes stay where they were put)."""
+    shape = {1: (d["n"],), 2: (d["lead"], d["n"]), 3: (d["lead"], 2, d["n"])}[d["rank"]]
+    w = weights(d["weights"], shape, d["seed"], fmt).to(memfit.DEVICE, DTYPES[d["dtype"]])
+    view = ""
+    if d["layout"] == "every other value":  # a view reshape(-1) keeps strided
+        wide = torch.zeros(*shape[:-1], 2 * d["n"], dtype=w.dtype, device=w.device)
+        wide[..., ::2] = w
+        w, view = wide[..., ::2], ", every other value of a wider one"
+    elif d["layout"] != "contiguous":
+        if d["rank"] == 1:
+            raise Impossible()  # a 1-D tensor has no transposed view, and a 1-D slice of a wider one is contiguous
+        if d["layout"] == "transposed":
+            w, view = w.transpose(-1, -2).contiguous().transpose(-1, -2), ", a transposed view"
+        else:
+            wide = torch.zeros(*shape[:-1], d["n"] + 7, dtype=w.dtype, device=w.device)
+            wide[..., :d["n"]] = w
+            w, view = wide[..., :d["n"]], ", each row a slice of a wider one"
+    return w, view
+
+
+DRAWN_BLOCK_CASES = 10
+
+
 def _check_block_format(fmt: str, quantize, dequantize, cases: str) -> None:
     for seed, case in enumerate(_plan(BLOCK_CASES, cases)):
         base = weights(case.kind, case.shape[::-1] if case.transposed else case.shape, 70 + seed, fmt)
         for name in case.dtypes:
-            dtype = DTYPES[name]
-            w = base.to(memfit.DEVICE, dtype)
+            w = base.to(memfit.DEVICE, DTYPES[name])
             w = w.t() if case.transposed else w
-            view = ", a transposed view" if case.transposed else ""
-            what = f"quantize_{fmt}({case.kind} weights of shape {tuple(w.shape)}{view}, {_name(dtype)})"
-            with guarded_allocations(what):
-                qt = _call_pure_q(quantize, w, what=what)
-            ref = _check_layout(fmt, qt, w, what)
-            _check_round_trip(fmt, qt, w, what, ref)
-            _check_codes(fmt, qt, w, what, ref)
-            dq_what = what.replace("quantize", "dequantize", 1) + ", dequantized"
-            with guarded_allocations(dq_what):
-                out = _call_pure_q(dequantize, qt, what=dq_what)
-            _check_dequantized(fmt, out, qt, w, dq_what)
+            _check_block_one(fmt, quantize, dequantize, w, case.kind, ", a transposed view" if case.transposed else "")
     for case in _plan(BLOCK_MEMORY_CASES, cases):
         _block_memory(fmt, quantize, dequantize, case)
     for case in _plan(BLOCK_INVALID_CASES, cases):
         _block_invalid(fmt, quantize, dequantize, case)
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            w, view = _drawn_block_tensor(fmt, d)
+            _check_block_one(fmt, quantize, dequantize, w, d["weights"], view)
+        grade_drawn(block_domain(), fmt, DRAWN_BLOCK_CASES, check_one)
 
 
 def check_q8_0(quantize_q8_0, dequantize_q8_0, cases: str = "visible") -> None:
@@ -913,37 +961,74 @@ BLOCKWISE_CASES = [
 ] + [BlockwiseCase("blocky", (600,), False, name, True, block=64) for name in PROFILE_DTYPES if name != "fp32"]
 
 
+def blockwise_domain() -> dict:
+    """Every call exercise 4 allows: lengths of whole blocks, one over or under, or half a block more, with the default
+    block or another, 1 to 3 dimensions, both codes, each kind of values of BLOCKWISE_CASES, fp32, fp16 and bf16."""
+    return {"blocks": Sizes(0, 40, edges=(0, 1, 2)), "beyond": Choice(0, 1, -1, "half a block"),
+            "block": Choice(None, 64, 1024, 32, 128, 512), "rank": Choice(1, 2, 3),
+            "values": Choice("gaussian", "heavy", "blocky", "zeros"), "signed": Choice(True, False),
+            "dtype": Choice(*(NAMES[d] for d in ALL_DTYPES))}
+
+
+def _factored(n: int, rank: int) -> tuple:
+    """A shape of `rank` dimensions holding n values (the leading ones the largest divisors up to the root)."""
+    shape = []
+    for _ in range(rank - 1):
+        shape.append(next(f for f in range(math.isqrt(n), 0, -1) if n % f == 0))
+        n //= shape[-1]
+    return (*shape, n)
+
+
+DRAWN_BLOCKWISE_CASES = 5
+
+
 def check_blockwise(quantize_blockwise, dequantize_blockwise, cases: str = "visible") -> None:
     for seed, case in enumerate(_plan(BLOCKWISE_CASES, cases)):
-        code = _given().dynamic_code(case.signed).to(memfit.DEVICE)
-        x = weights(case.kind, case.shape, 120 + seed)
-        if not case.signed:
-            x = x * x * 100  # v: squares of gradients, many orders of magnitude
-        x = x.to(memfit.DEVICE, DTYPES[case.dtype])
-        block = case.block or 256
-        extra = {} if case.block is None else {"block": case.block}
-        n = x.numel()
-        args = f"{case.kind} values of shape {tuple(x.shape)}, {_name(x.dtype)}, {'signed' if case.signed else 'unsigned'} " \
-               f"code{'' if case.block is None else f', block={case.block}'}"
-        what = f"quantize_blockwise({args})"
-        got = call_pure(quantize_blockwise, x, code, what=what, **extra)
-        if not (isinstance(got, tuple) and len(got) == 2):
-            raise CheckFailed(f"{what} should return (codes, absmax), got {type(got).__name__}")
-        codes, absmax = got
-        _check_state_codes(codes, absmax, x.double().cpu().reshape(-1), code.cpu(), what, block)
-        what = f"dequantize_blockwise(the codes and absmax of {args})"
-        values = call_pure(dequantize_blockwise, codes, absmax, code, what=what, **extra)
-        exact = code.cpu().double()[codes.cpu().reshape(-1).long()] * \
-            absmax.double().cpu().repeat_interleave(block)[:n]
-        if not isinstance(values, torch.Tensor) or values.dtype != torch.float32 or values.numel() != n:
-            raise CheckFailed(f"{what}: should return {n} fp32 values, got "
-                              f"{getattr(values, 'dtype', type(values).__name__)} with "
-                              f"{getattr(values, 'numel', lambda: '?')()} values")
-        err = (values.detach().double().cpu().reshape(-1) - exact).abs()
-        if (err > 1e-6 * exact.abs() + 1e-30).any():
-            i = int(err.argmax())
-            raise CheckFailed(f"{what}: value {i} is {values.reshape(-1)[i].item():.6g}, expected code[codes] x absmax "
-                              f"= {exact[i].item():.6g} (a uint8 index tensor is a mask, not a gather: .long() it)")
+        _check_blockwise_case(quantize_blockwise, dequantize_blockwise, case, 120 + seed)
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            block = d["block"] or 256
+            n = d["blocks"] * block + (block // 2 if d["beyond"] == "half a block" else d["beyond"])
+            if n < 1:
+                raise Impossible()
+            case = BlockwiseCase(d["values"], _factored(n, d["rank"]), d["signed"], d["dtype"], True, d["block"])
+            _check_blockwise_case(quantize_blockwise, dequantize_blockwise, case, d["seed"])
+        grade_drawn(blockwise_domain(), "blockwise", DRAWN_BLOCKWISE_CASES, check_one)
+
+
+def _check_blockwise_case(quantize_blockwise, dequantize_blockwise, case: BlockwiseCase, seed: int) -> None:
+    code = _given().dynamic_code(case.signed).to(memfit.DEVICE)
+    x = weights(case.kind, case.shape, seed)
+    if not case.signed:
+        x = x * x * 100  # v: squares of gradients, many orders of magnitude
+    x = x.to(memfit.DEVICE, DTYPES[case.dtype])
+    block = case.block or 256
+    extra = {} if case.block is None else {"block": case.block}
+    n = x.numel()
+    args = f"{case.kind} values of shape {tuple(x.shape)}, {_name(x.dtype)}, " \
+           f"{'signed' if case.signed else 'unsigned'} code{'' if case.block is None else f', block={case.block}'}"
+    what = f"quantize_blockwise({args})"
+    got = call_pure(quantize_blockwise, x, code, what=what, **extra)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise CheckFailed(f"{what} should return (codes, absmax), got {type(got).__name__}")
+    codes, absmax = got
+    _check_state_codes(codes, absmax, x.double().cpu().reshape(-1), code.cpu(), what, block)
+    if codes.shape != (n,) or absmax.dim() != 1:  # the text: flattened, whatever x's shape
+        raise CheckFailed(f"{what}: codes should be flat, of shape ({n},), and absmax one value per block, 1-D; got "
+                          f"codes of shape {tuple(codes.shape)}, absmax of shape {tuple(absmax.shape)}")
+    what = f"dequantize_blockwise(the codes and absmax of {args})"
+    values = call_pure(dequantize_blockwise, codes, absmax, code, what=what, **extra)
+    exact = code.cpu().double()[codes.cpu().reshape(-1).long()] * \
+        absmax.double().cpu().repeat_interleave(block)[:n]
+    if not isinstance(values, torch.Tensor) or values.dtype != torch.float32 or values.shape != (n,):
+        raise CheckFailed(f"{what}: should return {n} fp32 values, flattened (shape ({n},)), got "
+                          f"{getattr(values, 'dtype', type(values).__name__)} of shape "
+                          f"{tuple(getattr(values, 'shape', ()))}")
+    err = (values.detach().double().cpu().reshape(-1) - exact).abs()
+    if (err > 1e-6 * exact.abs() + 1e-30).any():
+        i = int(err.argmax())
+        raise CheckFailed(f"{what}: value {i} is {values.reshape(-1)[i].item():.6g}, expected code[codes] x absmax "
+                          f"= {exact[i].item():.6g} (a uint8 index tensor is a mask, not a gather: .long() it)")
 
 
 # --------------------------------------------------------------------------------------- AdamW8bit

@@ -148,7 +148,7 @@ def q8_0_dequantize_kernel(data_ptr, scale_ptr, out_ptr, n, BLOCKS: tl.constexpr
 def quantize_q8_0(w: torch.Tensor) -> Quantized:
     """w (any shape; fp32, fp16 or bf16) in Q8_0."""
     check_float_tensor(w, "the tensor to quantize")
-    flat = w.reshape(-1)
+    flat = w.reshape(-1).contiguous()  # (a strided view stays one: the kernel reads values one after another)
     qt = empty_quantized(w, "q8_0")
     launch_blocks(q8_0_quantize_kernel, qt.scales.numel(), flat, qt.data, qt.scales, flat.numel(), qt.scales.numel())
     return qt
@@ -208,7 +208,7 @@ def q4_0_dequantize_kernel(data_ptr, scale_ptr, out_ptr, n, BLOCKS: tl.constexpr
 def quantize_q4_0(w: torch.Tensor) -> Quantized:
     """w (any shape; fp32, fp16 or bf16) in Q4_0."""
     check_float_tensor(w, "the tensor to quantize")
-    flat = w.reshape(-1)
+    flat = w.reshape(-1).contiguous()  # (a strided view stays one: the kernel reads values one after another)
     qt = empty_quantized(w, "q4_0")
     launch_blocks(q4_0_quantize_kernel, qt.scales.numel(), flat, qt.data, qt.scales, flat.numel(), qt.scales.numel())
     return qt
