@@ -27,9 +27,12 @@ def test_draws_reach_the_whole_range_and_its_edges():
     assert {c["dtype"] for c in draws(DOMAIN, "some_check", 100, seed=1)} == set(DOMAIN["dtype"].values)
 
 
-def test_sizes_refuse_edges_outside_their_range():
-    with pytest.raises(ValueError, match="edges must lie within"):
-        Sizes(1, 10, edges=(11,))
+def test_sizes_widen_to_hold_their_edges():
+    """An edge computed from a kernel config (a GPU's block of 2,048) widens a range written for the CPU's."""
+    sizes = Sizes(1, 300, edges=(0, 31, 2049))
+    assert (sizes.lo, sizes.hi) == (0, 2049)
+    with pytest.raises(ValueError, match="lo must not exceed hi"):
+        Sizes(10, 1)
 
 
 def test_shrinking_finds_a_smaller_failing_case_within_its_step_count():

@@ -297,7 +297,7 @@ def _drawn_loss_case(d: dict, h: int, **more) -> Case:
 def ce_domain() -> dict:
     """Every call exercise 1's text allows (vocabularies around the kernels' block too; autograder/checks/domain.py
     draws hidden cases from it)."""
-    return {"n": Sizes(1, 80, edges=(1, 2)), "v": Sizes(1, 2100, edges=(1, 2, BLOCK - 1, BLOCK, BLOCK + 1)),
+    return {"n": Sizes(1, 80, edges=(1, 2)), "v": Sizes(1, max(2100, BLOCK + 1), edges=(1, 2, BLOCK - 1, BLOCK, BLOCK + 1)),
             **_loss_axes(), "magnitude": Choice("ordinary", "large")}
 
 
@@ -358,7 +358,7 @@ def chunk_domain() -> dict:
     """Every call exercise 2's text allows: token counts around the chunk (given, or None: Liger's rule), a whole
     chunk of ignored tokens (the trap), a bias, hidden sizes and vocabularies around the kernels' block."""
     return {"n": Sizes(1, 96, edges=(1, 7, 8, 9, 15, 16, 17)), "h": Sizes(1, 48, edges=(1,)),
-            "v": Sizes(1, 600, edges=(1, 2, BLOCK - 1, BLOCK, BLOCK + 1)), "chunk_size": Choice(None, 16, 8, 1, 128),
+            "v": Sizes(1, max(600, BLOCK + 1), edges=(1, 2, BLOCK - 1, BLOCK, BLOCK + 1)), "chunk_size": Choice(None, 16, 8, 1, 128),
             "bias": Choice(False, True), **_loss_axes(),
             "ignored": Choice("none", "some", "a whole chunk", "all")}
 

@@ -560,7 +560,7 @@ def block_domain() -> dict:
     program's BLOCKS blocks, every kind of weights of BLOCK_CASES, each dtype, contiguous or a view (transposed, or
     rows of a wider tensor) (autograder/checks/domain.py draws hidden cases from it)."""
     program = QK * _config("quant_blocks")["BLOCKS"]
-    return {"n": Sizes(1, 300, edges=(1, QK - 1, QK, QK + 1, program - 1, program, program + 1)),
+    return {"n": Sizes(1, max(300, program + 1), edges=(1, QK - 1, QK, QK + 1, program - 1, program, program + 1)),
             "rank": Choice(1, 2, 3), "lead": Sizes(1, 5),
             "weights": Choice("gaussian", "heavy", "zeros", "blocky", "negative", "ties", "near", "tied", "tiny"),
             "dtype": Choice(*(NAMES[d] for d in ALL_DTYPES)),
