@@ -25,8 +25,11 @@ def counting(fn):
 
 
 @pytest.mark.parametrize("cases", ["visible", "hidden"])
-def test_case_axes_lists_exactly_the_calls_the_check_makes(cases):
-    """One record per call (count_params, state_bytes) or per trained model (state_bytes_measured)."""
+def test_case_axes_lists_exactly_the_calls_the_check_makes(cases, monkeypatch):
+    """One record per call (count_params, state_bytes) or per trained model (state_bytes_measured); the cases drawn
+    from the domain (autograder/checks/domain.py) come beside the records, and are left out here."""
+    monkeypatch.setattr(state_checks, "DRAWN_COUNT_CASES", 0)
+    monkeypatch.setattr(state_checks, "DRAWN_STATE_CASES", 0)
     for check, fn in (("count_params", ref01.count_params), ("state_bytes", ref01.state_bytes),
                       ("state_bytes_measured", ref01.state_bytes)):
         if check == "state_bytes_measured" and cases == "hidden":
