@@ -84,23 +84,6 @@ def test_the_hidden_seed_must_be_an_integer(monkeypatch):
         list(draws(DOMAIN, "some_check", 1))
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_lesson_00_reference_passes_its_drawn_cases_under_other_seeds(seed, monkeypatch):
-    monkeypatch.setenv("MEMFIT_GRADING", "1")
-    monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
-    check = next(c for c in checks_for("00_first_kernel") if c.name == "scaled_add_numerics")
-    check.run(load_solution("00_first_kernel").scaled_add, cases="hidden")
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_lesson_00_bytes_of_reference_passes_its_drawn_cases(seed, monkeypatch):
-    monkeypatch.setenv("MEMFIT_GRADING", "1")
-    monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
-    check = next(c for c in checks_for("00_first_kernel") if c.name == "bytes_of")
-    reference = load_solution("00_first_kernel").bytes_of
-    check.run(reference, cases="hidden")
-
-
 def test_a_mistake_between_the_fixed_sizes_is_caught_by_a_drawn_case_and_shown_shrunk(monkeypatch):
     """Wrong only for sizes between two and three blocks, a range no fixed case of scaled_add_numerics visits: the
     fixed cases pass it, draws with some seeds reach it, and the message gives a failing size in that range."""
@@ -132,17 +115,13 @@ def test_a_mistake_between_the_fixed_sizes_is_caught_by_a_drawn_case_and_shown_s
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_lesson_03_formulas_pass_their_drawn_cases_and_float_arithmetic_fails(seed, monkeypatch):
-    """zero_bytes_per_rank and comm_bytes_per_rank over every stage, world size and parameter count: float arithmetic,
-    exact on every fixed case (all below 2**53), is wrong for some drawn count above it."""
+def test_lesson_03_comm_bytes_in_float_arithmetic_fails_on_a_drawn_count(seed, monkeypatch):
+    """comm_bytes_per_rank over every stage, world size and parameter count: float arithmetic, exact on every fixed
+    case (all below 2**53), is wrong for some drawn count above it (the references: tests/test_domain_checks.py)."""
     import math
     monkeypatch.setenv("MEMFIT_GRADING", "1")
     monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
-    solution = load_solution("03_zero")
     checks = {c.name: c for c in checks_for("03_zero")}
-    checks["zero_bytes_per_rank"].run(solution.zero_bytes_per_rank, cases="hidden")
-    checks["shard_bounds"].run(solution.shard_bounds, cases="hidden")
-    checks["comm_bytes_per_rank"].run(solution.comm_bytes_per_rank, cases="hidden")
 
     def comm_bytes_in_floats(stage, numel, world_size, param_bytes=2, grad_bytes=2):
         chunk = (world_size - 1) * math.ceil(numel / world_size)
@@ -158,24 +137,12 @@ def test_lesson_03_formulas_pass_their_drawn_cases_and_float_arithmetic_fails(se
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_lesson_01_references_pass_their_drawn_cases(seed, monkeypatch):
-    monkeypatch.setenv("MEMFIT_GRADING", "1")
-    monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
-    solution = load_solution("01_model_states")
-    checks = {c.name: c for c in checks_for("01_model_states")}
-    checks["count_params"].run(solution.count_params, cases="hidden")
-    checks["state_bytes"].run(solution.state_bytes, cases="hidden")
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_lesson_02_references_pass_their_drawn_cases_and_a_capped_search_fails(seed, monkeypatch):
+def test_lesson_02_a_search_capped_at_4096_fails_on_a_drawn_answer(seed, monkeypatch):
     """max_micro_batch over predictors whose answers reach 2**24: a search capped at 4,096 sequences fails."""
     monkeypatch.setenv("MEMFIT_GRADING", "1")
     monkeypatch.setenv(HIDDEN_SEED_ENV, str(seed))
     solution = load_solution("02_activations")
     checks = {c.name: c for c in checks_for("02_activations")}
-    checks["accumulation_steps"].run(solution.accumulation_steps, cases="hidden")
-    checks["max_micro_batch"].run(solution.max_micro_batch, cases="hidden")
 
     def capped(cfg, seq, budget_bytes, precision="amp", optimizer="adamw", recompute="none", predict=None):
         predict = predict or solution.predict_peak

@@ -1,16 +1,29 @@
-"""Lessons 04 and 05 grade hidden cases drawn from their exercises' whole domains (autograder/checks/domain.py): the
+"""Every check that grades hidden cases drawn from its exercise's whole domain (autograder/checks/domain.py): the
 reference keeps its points under every hidden seed, and natural mistakes that every fixed case misses lose them on a
-drawn case, shown as the smallest failing case found."""
+drawn case, shown as the smallest failing case found. (The module's own tests, and lessons 00-03's mistakes, are in
+tests/test_domain.py.)"""
 import pytest
 import torch
 
 from autograder.checks import CheckFailed, checks_for
 from autograder.checks.domain import HIDDEN_SEED_ENV
+from autograder.checks.quantization import PROFILE_DTYPES
 from course.notebook_loader import load_solution
 
-ADOPTED = [("04_kernel_fusion", "pow4_numerics"), ("04_kernel_fusion", "rmsnorm_forward"),
+# Imported now: its first import, inside a call q8_0's memory case measures, once tripped the host-memory contract
+# (host_memory carried the import's blocks past the next launch's pause; it now leaves library blocks out).
+import torch._dynamo  # noqa: E402,F401
+
+ADOPTED = [("00_first_kernel", "bytes_of"), ("00_first_kernel", "scaled_add_numerics"),
+           ("01_model_states", "count_params"), ("01_model_states", "state_bytes"),
+           ("02_activations", "max_micro_batch"), ("02_activations", "accumulation_steps"),
+           ("03_zero", "shard_bounds"), ("03_zero", "zero_bytes_per_rank"), ("03_zero", "comm_bytes_per_rank"),
+           ("04_kernel_fusion", "pow4_numerics"), ("04_kernel_fusion", "rmsnorm_forward"),
            ("04_kernel_fusion", "rmsnorm_backward"), ("04_kernel_fusion", "swiglu"),
-           ("05_flash_attention", "online_softmax"), ("05_flash_attention", "attention_tiled")]
+           ("05_flash_attention", "online_softmax"), ("05_flash_attention", "attention_tiled"),
+           ("06_fused_linear_ce", "cross_entropy_with_grad"), ("06_fused_linear_ce", "chunked_linear_ce"),
+           ("07_quantization", "q8_0"), ("07_quantization", "q4_0"), ("07_quantization", "blockwise"),
+           ("08_fine_tune", "nf4"), ("08_fine_tune", "lora_function")]
 
 
 def _check(lesson: str, name: str):
@@ -69,3 +82,19 @@ def test_rmsnorm_forward_with_a_block_capped_at_4096_columns_is_caught(grading):
     with pytest.raises(CheckFailed, match=r"smallest failing case found: h=(409[7-9]|4[1-9]\d\d|[5-9]\d{3}|1\d{4}), "
                                           r".*output elements are NaN, first at index .*4,?096"):
         _check("04_kernel_fusion", "rmsnorm_forward").run(rmsnorm_forward, cases="all")
+
+
+@pytest.mark.skipif("bf16" in PROFILE_DTYPES, reason="this profile's fixed cases run bf16 and catch it first")
+def test_blockwise_that_upcasts_fp16_only_is_caught(grading):
+    """Upcasts "half precision" to fp32 and takes bf16 for fp32, so a bf16 x gets a bf16 absmax (the text allows
+    fp32, fp16 and bf16; the fixed cases run the profile's dtypes, fp32 and fp16 on a CPU)."""
+    ref = load_solution("07_quantization")
+
+    def quantize_blockwise(x, code, block=256):
+        codes, absmax = ref.quantize_blockwise(x, code, block)
+        return codes, absmax.to(x.dtype) if x.dtype == torch.bfloat16 else absmax
+
+    grading(0)
+    with pytest.raises(CheckFailed, match=r"smallest failing case found: .*dtype=bf16: quantize_blockwise\(.*"
+                                          r"bfloat16.*absmax should be fp32"):
+        _check("07_quantization", "blockwise").run(quantize_blockwise, ref.dequantize_blockwise, cases="all")
