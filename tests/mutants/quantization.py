@@ -83,7 +83,7 @@ def _launch_8_blocks(kernel, blocks, *args):  # the reference's launch_blocks wi
 
 def _quantize_8_blocks(kernel, fmt, w):
     ref.check_float_tensor(w, "the tensor to quantize")
-    flat = w.reshape(-1)
+    flat = w.reshape(-1).contiguous()  # (a strided view reshape(-1) keeps: the kernels read values in a row)
     qt = ref.empty_quantized(w, fmt)
     _launch_8_blocks(kernel, qt.scales.numel(), flat, qt.data, qt.scales, flat.numel(), qt.scales.numel())
     return qt
