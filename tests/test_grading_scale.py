@@ -14,6 +14,8 @@ from course import ROOT, course_env
 from course.processes import kill_tree
 from tests.test_grading import run_grader
 
+SEED = 7  # every run draws the same hidden cases, so the gradebooks of different runs compare (the seed is on each row)
+
 pytestmark = pytest.mark.xdist_group("grading_scale")  # its module fixtures are built once, on one worker
 
 LESSONS = "00_first_kernel,01_model_states"
@@ -36,7 +38,7 @@ def submissions(tmp_path_factory):
 @pytest.fixture(scope="module")
 def uninterrupted(submissions, tmp_path_factory):
     out = tmp_path_factory.mktemp("uninterrupted")
-    proc = run_grader("--submissions", submissions, "--workers", 2, "--out", out)
+    proc = run_grader("--submissions", submissions, "--workers", 2, "--out", out, "--seed", SEED)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return book(out)
 
@@ -53,7 +55,7 @@ def test_killed_halfway_and_restarted_equals_uninterrupted(submissions, uninterr
     subs, release = with_a_waiting_student(submissions, tmp_path)
     out = tmp_path / "grades"
     proc = subprocess.Popen([sys.executable, "-m", "autograder", "--submissions", str(subs), "--workers", "2",
-                             "--out", str(out)], cwd=ROOT, env=course_env(MEMFIT_CELL_TIMEOUT_S="900"),
+                             "--out", str(out), "--seed", str(SEED)], cwd=ROOT, env=course_env(MEMFIT_CELL_TIMEOUT_S="900"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     wait_for_rows(proc, out, STUDENTS)
     assert proc.poll() is None, "the run ended before it could be interrupted"
@@ -74,7 +76,7 @@ def assert_same(rows, expected):
 
 def test_ray_backend_on_a_local_cluster_gives_the_same_rows(submissions, uninterrupted, tmp_path):
     pytest.importorskip("ray", reason="Ray is an optional extra (requirements-ray.txt; make test installs it)")
-    proc = run_grader("--submissions", submissions, "--workers", 2, "--out", tmp_path, "--backend", "ray")
+    proc = run_grader("--submissions", submissions, "--workers", 2, "--out", tmp_path, "--backend", "ray", "--seed", SEED)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_same(book(tmp_path), uninterrupted)
 
@@ -118,7 +120,7 @@ def test_ctrl_c_stops_every_grading_process_and_loses_nothing(submissions, unint
     subs, release = with_a_waiting_student(submissions, tmp_path)
     out = tmp_path / "grades"
     proc = subprocess.Popen([sys.executable, "-m", "autograder", "--submissions", str(subs), "--workers", "2",
-                             "--out", str(out)], cwd=ROOT, env=course_env(MEMFIT_CELL_TIMEOUT_S="900"),
+                             "--out", str(out), "--seed", str(SEED)], cwd=ROOT, env=course_env(MEMFIT_CELL_TIMEOUT_S="900"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_rows(proc, out, 2)
     children = [pid for pid in process_tree(proc.pid) if pid != proc.pid]
