@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
 import memfit
 import memfit.from_lessons.zero as _reference  # imported before the grading child's guards go up
@@ -232,16 +233,30 @@ def _synthetic_rank(cls, comm, numel: int, stage: int, dtype: torch.dtype, steps
 
 
 @functools.lru_cache(maxsize=None)  # a function, not a module-level dict (the grader fingerprints those)
-def _synthetic_want(numel: int, n: int, stage: int, dtype: torch.dtype, steps: int, draw: int) -> dict:
-    """Rank 0's record of the reference on the synthetic driver, computed once per case and draw (`draw`: the cache's
-    key; the seeds read it from numerics)."""
-    return _simulate(_ref().ZeroAdamW, n, stage, fn=lambda comm: _synthetic_rank(
-        _ref().ZeroAdamW, comm, numel, stage, dtype, steps))[0]
+def _synthetic_want(numel: int, n: int, dtype: torch.dtype, steps: int, draw: int) -> dict:
+    """What every rank of every stage must hold, from unsharded AdamW on one thread: the ranks' gradients rounded to
+    `dtype`, summed in rank order and divided by n in `dtype` (what the collectives do), torch.optim.AdamW
+    (foreach=False) over an fp32 master copy of the whole padded vector, its result rounded to `dtype`. AdamW is
+    elementwise, so a shard's update is this update's slice: the same for every stage. Computed once per case and
+    draw (`draw`: the cache's key; the seeds read it from numerics); no threads, so no simulation can disturb it."""
+    padded = -(-numel // n) * n
+    master = torch.zeros(padded, dtype=torch.float32, device=memfit.DEVICE)
+    master[:numel] = _seeded(numel, 7, scale=0.01)
+    first = master.to(dtype, copy=True)
+    optimizer = torch.optim.AdamW([master], **SYN_ARGS, foreach=False)
+    for step in range(steps):
+        grads = [F.pad(_seeded(numel, 1000 * step + rank).to(dtype), (0, padded - numel)) for rank in range(n)]
+        total = grads[0].clone()
+        for g in grads[1:]:
+            total += g
+        master.grad = total.div_(n).float()
+        optimizer.step()
+    return {"first": first, "final": master.detach().to(dtype, copy=True)}
 
 
 def _synthetic_case(ZeroAdamW, numel: int, n: int, stage: int, dtype: torch.dtype, steps: int = 2) -> None:
     label = f"stage {stage}, {n} simulated ranks, {numel:,} parameters, param_dtype {dtype_name(dtype)}"
-    want = _synthetic_want(numel, n, stage, dtype, steps, current_draw())
+    want = _synthetic_want(numel, n, dtype, steps, current_draw())
     got = _simulate(ZeroAdamW, n, stage, fn=lambda comm: _synthetic_rank(ZeroAdamW, comm, numel, stage, dtype, steps))
     padded = want["first"].numel()
     for r, rec in enumerate(got):
