@@ -1,0 +1,297 @@
+"""The options of every graded function, and the value each one's counterfactual answers with.
+
+An option is a parameter whose value chooses what the right answer is (alpha, stage, label_smoothing, fp32_dw, a
+config's tie_embeddings, ...). Its counterfactual is the reference solution answering every call whose option has
+one kind of value as if the option had another value: `fp32_dw=True` answered as `fp32_dw=False`, a label smoothing
+of 0.1 answered as 0, ignore_index=3 answered as -100. tests/test_counterfactuals.py runs each check with it: the check
+must take the points away for every kind of value its cases reach. A counterfactual that keeps the points means no
+case can tell the two values apart: a learner who ignores that option would keep them too.
+
+    COUNTERFACTUALS[(lesson, check name)] = [Option(function, param, kind, other), ...]
+
+- `function`: a name in the Check's uses; for a class, `param` is its constructor's; for a torch.autograd.Function,
+  its forward's.
+- `kind(value)`: which kind of value this is ("zero", "positive", "True", ...), or None for a value this
+  counterfactual leaves alone (out=None has no "other" the reference could answer with).
+- `other(value, arguments)`: the value answered with; `arguments`: the call's other arguments, bound by name.
+- `kinds`: the kinds the check's cases must reach (each one then proven); a kind the cases never reach is reported.
+
+EXEMPT names each option of a graded function that has no counterfactual here, and why; tests/test_counterfactuals.py
+checks that every parameter with a default (an option by construction) of every graded function is one or the other.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from course.notebook_loader import load_solution
+
+
+@dataclass(frozen=True)
+class Option:
+    function: str
+    param: str
+    kind: Callable[[Any], str | None]
+    other: Callable[[Any, dict], Any]
+    kinds: tuple = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.function}({self.param})"
+
+
+@functools.lru_cache(maxsize=None)
+def ref(lesson: str):
+    return load_solution(lesson)
+
+
+def sign(value) -> str:
+    return "zero" if value == 0 else "positive" if value > 0 else "negative"
+
+
+def truth(value) -> str:
+    return str(bool(value))
+
+
+def given(value) -> str | None:
+    return None if value is None else "given"
+
+
+def itself(value) -> str:
+    return str(value)
+
+
+NO_OTHER = object()  # other(): no value the text allows gives this call another answer (the call is not counted)
+
+
+def differing(candidates: Callable[[Any], tuple], lesson: str, function: str, param: str) -> Callable[[Any, dict], Any]:
+    """For a pure function: the first candidate whose right answer for this call differs from the value's (fp32 and amp
+    keep the same state bytes, stage 0 sends no parameters: answering one as the other is no mistake there)."""
+    def other(value, arguments):
+        options = tuple(c for c in candidates(value) if c != value)
+        if any(callable(v) for v in arguments.values()):  # a predictor given: calling it again would count as a call
+            return options[0]
+        fn = getattr(ref(lesson), function)
+        right = fn(**arguments)
+        for candidate in options:
+            try:
+                if fn(**{**arguments, param: candidate}) != right:
+                    return candidate
+            except ValueError:
+                continue
+        return NO_OTHER
+    return other
+
+
+def choice(function: str, param: str, values: Callable[[], tuple]) -> Option:
+    """An option that takes one of the text's values, each answered as another whose answer differs."""
+    def kind(value) -> str | None:  # a value outside the list is an invalid call: the check expects ValueError
+        return str(value) if isinstance(value, str) and value in values() else None
+    return Option(function, param, kind, differing(lambda v: values(), LESSON_OF[function], function, param))
+
+
+def numbers(function: str, param: str, candidates: tuple, kind=itself, kinds: tuple = ()) -> Option:
+    """A number of a pure function's call, answered as the first candidate that changes its answer."""
+    return Option(function, param, kind, differing(lambda v: candidates, LESSON_OF[function], function, param), kinds)
+
+
+def dtype_kind(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def other_dtype(dtype, _arguments):
+    return torch.float32 if dtype != torch.float32 else torch.bfloat16
+
+
+def scaled(factor: float) -> Callable[[Any, dict], Any]:
+    return lambda value, _arguments: value * factor
+
+
+def cfg_field(field: str, other: Callable[[Any], Any]) -> tuple[Callable, Callable]:
+    """(kind, other) for a field of a GPTConfig argument: the config answered as if that field held another value."""
+    return (lambda cfg: f"{field}={getattr(cfg, field)!r}",
+            lambda cfg, _arguments: dataclasses.replace(cfg, **{field: other(getattr(cfg, field))}))
+
+
+def _kv_kind(cfg) -> str | None:
+    return "grouped" if cfg.n_kv_heads < cfg.n_heads else None
+
+
+def _kv_other(cfg, _arguments):
+    return dataclasses.replace(cfg, n_kv_heads=cfg.n_heads)  # as if every head had its own keys and values
+
+
+def _ce_options(function: str, bias: bool, fp32_dw: bool = False) -> list[Option]:
+    """The loss options lesson 06's three graded loss functions share (torch.nn.functional.cross_entropy's, softcap)."""
+    options = [
+        Option(function, "ignore_index", lambda v: None if v == -100 else "another index", lambda v, a: -100,
+               kinds=("another index",)),
+        Option(function, "reduction", itself, lambda v, a: {"mean": "sum", "sum": "mean", "none": "mean"}[v],
+               kinds=("mean", "sum")),
+        Option(function, "label_smoothing", sign, lambda v, a: 0.0 if v else 0.1, kinds=("zero", "positive")),
+        Option(function, "softcap", lambda v: "None" if v is None else "set", lambda v, a: 30.0 if v is None else None,
+               kinds=("None", "set")),
+    ]
+    if bias:
+        options.append(Option(function, "bias", given, lambda v, a: None, kinds=("given",)))
+    if fp32_dw:
+        options.append(Option(function, "fp32_dw", truth, lambda v, a: not v, kinds=("True", "False")))
+    return options
+
+
+def _state_precisions():
+    return ref("01_model_states").STATE_PRECISIONS
+
+
+def _state_optimizers():
+    return ref("01_model_states").STATE_OPTIMIZERS
+
+
+def _recompute():
+    return ref("02_activations").RECOMPUTE
+
+
+def _peak_optimizers():
+    return ("adamw", "sgd")
+
+
+def _zero_adamw_options(memory: bool = False) -> list[Option]:
+    # Stages 0, 1 and 2 give the same numbers and send the same bytes: only what a rank keeps tells them apart, which
+    # zero_memory measures (zero_adamw tells stage 3 apart by its gathers).
+    options = [Option("ZeroAdamW", "param_dtype", dtype_kind, other_dtype)]
+    if memory:
+        return options + [Option("ZeroAdamW", "stage", itself, lambda v, a: (v + 1) % 4, kinds=("0", "1", "2", "3"))]
+    return options + [
+        Option("ZeroAdamW", "lr", itself, scaled(2.0)),
+        Option("ZeroAdamW", "betas", itself, lambda v, a: (v[0] * 0.9, v[1])),
+        Option("ZeroAdamW", "eps", itself, scaled(10.0)),
+        Option("ZeroAdamW", "weight_decay", sign, lambda v, a: 0.0 if v else 0.1, kinds=("positive",)),
+    ]
+
+
+LESSON_OF = {"state_bytes": "01_model_states", "activation_bytes": "02_activations", "predict_peak": "02_activations",
+             "max_micro_batch": "02_activations", "zero_bytes_per_rank": "03_zero", "comm_bytes_per_rank": "03_zero",
+             "deepspeed_zero3_estimate": "03_zero", "prefetch_timeline": "03_zero", "lora_state_bytes": "08_fine_tune",
+             "accumulation_steps": "02_activations", "bytes_of": "00_first_kernel"}
+
+COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
+    # ---------------------------------------------------------------------------------------------- 00
+    ("00_first_kernel", "bytes_of"): [
+        Option("bytes_of", "dtype", lambda d: f"{d.itemsize}-byte",
+               lambda d, a: torch.float32 if d.itemsize != 4 else torch.float16, kinds=("1-byte", "2-byte", "4-byte",
+                                                                                        "8-byte"))],
+    ("00_first_kernel", "scaled_add_numerics"): [
+        Option("scaled_add", "alpha", sign, lambda v, a: 0.5 if v == 0 else -v, kinds=("zero", "positive", "negative")),
+        Option("scaled_add", "out", given, lambda v, a: None, kinds=("given",))],
+    ("00_first_kernel", "scaled_add_memory"): [
+        Option("scaled_add", "out", given, lambda v, a: None, kinds=("given",))],
+    # ---------------------------------------------------------------------------------------------- 01
+    ("01_model_states", "count_params"): [
+        Option("count_params", "cfg", *cfg_field("tie_embeddings", lambda v: not v), kinds=("tie_embeddings=True",
+                                                                                            "tie_embeddings=False")),
+        Option("count_params", "cfg", _kv_kind, _kv_other, kinds=("grouped",))],
+    ("01_model_states", "state_bytes"): [
+        choice("state_bytes", "precision", _state_precisions),
+        choice("state_bytes", "optimizer", _state_optimizers)],
+    ("01_model_states", "state_bytes_measured"): [
+        choice("state_bytes", "precision", _state_precisions),
+        choice("state_bytes", "optimizer", _state_optimizers)],
+    # ---------------------------------------------------------------------------------------------- 02
+    ("02_activations", "activation_bytes"): [
+        choice("activation_bytes", "precision", lambda: ("fp32", "amp", "bf16")),
+        choice("activation_bytes", "recompute", _recompute)],
+    ("02_activations", "predict_peak"): [
+        choice("predict_peak", "precision", lambda: ("fp32", "amp", "bf16")),
+        choice("predict_peak", "optimizer", _peak_optimizers),
+        choice("predict_peak", "recompute", _recompute)],
+    ("02_activations", "max_micro_batch"): [
+        choice("max_micro_batch", "precision", lambda: ("fp32", "amp", "bf16")),
+        choice("max_micro_batch", "optimizer", _peak_optimizers),
+        choice("max_micro_batch", "recompute", _recompute)],
+    ("02_activations", "accumulation_steps"): [
+        Option("accumulation_steps", "data_parallel", lambda v: "1" if v == 1 else "more",
+               lambda v, a: 2 if v == 1 else 1, kinds=("1", "more"))],
+    # ---------------------------------------------------------------------------------------------- 03
+    ("03_zero", "zero_adamw"): _zero_adamw_options(),
+    ("03_zero", "zero_memory"): _zero_adamw_options(memory=True),
+    ("03_zero", "zero_bytes_per_rank"): [
+        numbers("zero_bytes_per_rank", "stage", (0, 1, 2, 3), kinds=("0", "1", "2", "3")),
+        numbers("zero_bytes_per_rank", "param_bytes", (2, 4, 1)),
+        numbers("zero_bytes_per_rank", "grad_bytes", (2, 4, 1)),
+        numbers("zero_bytes_per_rank", "optimizer_bytes", (12, 16, 8))],
+    ("03_zero", "comm_bytes_per_rank"): [
+        numbers("comm_bytes_per_rank", "stage", (0, 1, 2, 3), kinds=("0", "1", "2", "3")),
+        numbers("comm_bytes_per_rank", "param_bytes", (2, 4, 1)),
+        numbers("comm_bytes_per_rank", "grad_bytes", (2, 4, 1))],
+    ("03_zero", "deepspeed_estimate"): [
+        numbers("deepspeed_zero3_estimate", "offload_optimizer", (True, False), truth, ("True", "False")),
+        numbers("deepspeed_zero3_estimate", "offload_params", (True, False), truth, ("True", "False")),
+        numbers("deepspeed_zero3_estimate", "zero_init", (True, False), truth, ("True", "False")),
+        numbers("deepspeed_zero3_estimate", "buffer_factor", (1.5, 1.0, 2.0)),
+        numbers("deepspeed_zero3_estimate", "gpus_per_node", (1, 2, 8), lambda v: "1" if v == 1 else "more"),
+        numbers("deepspeed_zero3_estimate", "nodes", (1, 2, 4), lambda v: "1" if v == 1 else "more")],
+    ("03_zero", "prefetch_timeline"): [numbers("prefetch_timeline", "prefetch", (0, 1, 2, 3))],
+    # ---------------------------------------------------------------------------------------------- 04
+    ("04_kernel_fusion", "pow4_numerics"): [Option("pow4", "out", given, lambda v, a: None, kinds=("given",))],
+    ("04_kernel_fusion", "pow4_memory"): [Option("pow4", "out", given, lambda v, a: None, kinds=("given",))],
+    ("04_kernel_fusion", "rmsnorm_forward"): [Option("rmsnorm_forward", "eps", itself, scaled(10.0))],
+    ("04_kernel_fusion", "rmsnorm_backward"): [Option("rmsnorm_forward", "eps", itself, scaled(10.0))],
+    # ---------------------------------------------------------------------------------------------- 05
+    ("05_flash_attention", "attention_tiled"): [
+        Option("attention_tiled", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
+    ("05_flash_attention", "flash_forward"): [
+        Option("flash_attention_forward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
+    ("05_flash_attention", "flash_forward_memory"): [
+        Option("flash_attention_forward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
+    ("05_flash_attention", "flash_backward_dv"): [
+        Option("flash_attention_backward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
+    ("05_flash_attention", "flash_backward"): [
+        Option("flash_attention_backward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
+    ("05_flash_attention", "flash_attention_memory"): [
+        Option("flash_attention", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
+    # ---------------------------------------------------------------------------------------------- 06
+    ("06_fused_linear_ce", "cross_entropy_with_grad"): _ce_options("cross_entropy_with_grad", bias=False),
+    ("06_fused_linear_ce", "chunked_linear_ce"): _ce_options("chunked_linear_ce", bias=True),
+    ("06_fused_linear_ce", "fused_linear_ce_forward"): _ce_options("fused_linear_ce_forward", bias=True, fp32_dw=True),
+    ("06_fused_linear_ce", "fused_linear_ce_memory"): [
+        Option("fused_linear_ce_forward", "fp32_dw", truth, lambda v, a: not v)],
+    ("06_fused_linear_ce", "fused_linear_cross_entropy"): _ce_options("fused_linear_cross_entropy", bias=True,
+                                                                      fp32_dw=True),
+    # ---------------------------------------------------------------------------------------------- 07
+    ("07_quantization", "blockwise"): [
+        Option("quantize_blockwise", "block", itself, scaled(2)),
+        Option("dequantize_blockwise", "block", itself, scaled(2)),
+        Option("quantize_blockwise", "code", lambda v: "given", lambda v, a: v * 0.5),
+        Option("dequantize_blockwise", "code", lambda v: "given", lambda v, a: v * 0.5)],
+    ("07_quantization", "adamw8bit_step"): [
+        Option("AdamW8bit", "lr", itself, scaled(2.0)),
+        Option("AdamW8bit", "betas", itself, lambda v, a: (v[0] * 0.9, v[1])),
+        Option("AdamW8bit", "eps", itself, scaled(10.0)),
+        Option("AdamW8bit", "weight_decay", sign, lambda v, a: 0.0 if v else 0.1),
+        Option("AdamW8bit", "min_8bit_size", itself, lambda v, a: 1 if v > 1 else 1 << 30)],
+    # ---------------------------------------------------------------------------------------------- 08
+    ("08_fine_tune", "lora_state_bytes"): [
+        Option("lora_state_bytes", "r", itself, scaled(2)),
+        Option("lora_state_bytes", "targets", lambda v: "all" if len(tuple(v)) > 1 else "one",
+               lambda v, a: tuple(v)[:1] if len(tuple(v)) > 1 else ("wq", "wv") if tuple(v) != ("wq",) else ("wv",)),
+        Option("lora_state_bytes", "base_dtype", dtype_kind, other_dtype)],
+    ("08_fine_tune", "lora_function"): [Option("LoRAFunction", "scale", itself, scaled(2.0))],
+    ("08_fine_tune", "lora_memory"): [Option("LoRAFunction", "scale", itself, scaled(2.0))],
+}
+
+# Options of graded functions with no counterfactual above, and why. (function, param): reason.
+EXEMPT: dict[tuple[str, str], str] = {
+    ("attention_tiled", "block_m"): "a free choice: any tile keeps the points (the registry's right entries)",
+    ("attention_tiled", "block_n"): "a free choice: any tile keeps the points (the registry's right entries)",
+    ("chunked_linear_ce", "chunk_size"): "a free choice: the result must not depend on it (right entries; the memory "
+                                         "check measures the chunk the default rule picks)",
+    ("fused_linear_ce_forward", "chunks"): "a free choice: the result must not depend on it (right entries)",
+    ("max_micro_batch", "predict"): "the predictor itself: its cases pass 30 drawn linear predictors",
+    ("plan_fine_tune", "predict"): "the predictor itself: the plan check passes its own",
+    ("most_tokens", "predict"): "the predictor itself: the plan check passes its own",
+    ("AdamW8bit", "chunk"): "a free choice of how many values one pass updates: the result must not depend on it",
+}
