@@ -245,8 +245,6 @@ COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
         Option("attention_tiled", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
     ("05_flash_attention", "flash_forward"): [
         Option("flash_attention_forward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
-    ("05_flash_attention", "flash_forward_memory"): [
-        Option("flash_attention_forward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
     ("05_flash_attention", "flash_backward_dv"): [
         Option("flash_attention_backward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
     ("05_flash_attention", "flash_backward"): [
@@ -257,8 +255,6 @@ COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
     ("06_fused_linear_ce", "cross_entropy_with_grad"): _ce_options("cross_entropy_with_grad", bias=False),
     ("06_fused_linear_ce", "chunked_linear_ce"): _ce_options("chunked_linear_ce", bias=True),
     ("06_fused_linear_ce", "fused_linear_ce_forward"): _ce_options("fused_linear_ce_forward", bias=True, fp32_dw=True),
-    ("06_fused_linear_ce", "fused_linear_ce_memory"): [
-        Option("fused_linear_ce_forward", "fp32_dw", truth, lambda v, a: not v)],
     ("06_fused_linear_ce", "fused_linear_cross_entropy"): _ce_options("fused_linear_cross_entropy", bias=True,
                                                                       fp32_dw=True),
     # ---------------------------------------------------------------------------------------------- 07
@@ -280,7 +276,24 @@ COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
                lambda v, a: tuple(v)[:1] if len(tuple(v)) > 1 else ("wq", "wv") if tuple(v) != ("wq",) else ("wv",)),
         Option("lora_state_bytes", "base_dtype", dtype_kind, other_dtype)],
     ("08_fine_tune", "lora_function"): [Option("LoRAFunction", "scale", itself, scaled(2.0))],
-    ("08_fine_tune", "lora_memory"): [Option("LoRAFunction", "scale", itself, scaled(2.0))],
+}
+
+# A memory check measures bytes, not values: an option that changes the numbers and not the bytes (causal, a LoRA
+# scale, fp32_dw answered as False, which needs less) is proven by its numerics check, and has no entry for the
+# memory check (flash_forward_memory, lora_memory, fused_linear_ce_memory).
+
+# Found by tests/test_counterfactuals.py on 2026-11-29 and not yet told apart by any case: issue 40's open findings.
+# The test fails when this set changes either way (a new blind option, or one a new case now tells apart: remove it).
+KNOWN_BLIND: dict[tuple[str, str], set[str]] = {
+    # fp32_dw=True answered as False (dW accumulated in the 16-bit dtype) and the reverse: no case's dW drifts past
+    # the tolerance (the kind issue 40 names).
+    ("06_fused_linear_ce", "fused_linear_ce_forward"): {"fused_linear_ce_forward(fp32_dw) = False",
+                                                        "fused_linear_ce_forward(fp32_dw) = True"},
+    ("06_fused_linear_ce", "fused_linear_cross_entropy"): {"fused_linear_cross_entropy(fp32_dw) = True"},
+    # block=512 answered as 1024 on both sides keeps the points: no case compares codes or absmax per block there.
+    ("07_quantization", "blockwise"): {"quantize_blockwise(block) = 512", "dequantize_blockwise(block) = 512"},
+    # The default lr and betas, answered as others: every stepped case passes its own.
+    ("07_quantization", "adamw8bit_step"): {"AdamW8bit(lr) = 0.001", "AdamW8bit(betas) = (0.9, 0.999)"},
 }
 
 # Options of graded functions with no counterfactual above, and why. (function, param): reason.
