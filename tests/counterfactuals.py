@@ -292,8 +292,6 @@ KNOWN_BLIND: dict[tuple[str, str], set[str]] = {
     ("06_fused_linear_ce", "fused_linear_cross_entropy"): {"fused_linear_cross_entropy(fp32_dw) = True"},
     # block=512 answered as 1024 on both sides keeps the points: no case compares codes or absmax per block there.
     ("07_quantization", "blockwise"): {"quantize_blockwise(block) = 512", "dequantize_blockwise(block) = 512"},
-    # The default lr and betas, answered as others: every stepped case passes its own.
-    ("07_quantization", "adamw8bit_step"): {"AdamW8bit(lr) = 0.001", "AdamW8bit(betas) = (0.9, 0.999)"},
 }
 
 # Options of graded functions with no counterfactual above, and why. (function, param): reason.

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -1036,6 +1037,12 @@ def _check_blockwise_case(quantize_blockwise, dequantize_blockwise, case: Blockw
 HYPER = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
 
 
+def _def_line_hyper() -> dict:
+    """lr, betas, eps and weight_decay as the exercise's def line gives them (the reference's signature)."""
+    parameters = inspect.signature(lesson.AdamW8bit.__init__).parameters
+    return {k: parameters[k].default for k in HYPER}
+
+
 def _graded_alone(AdamW8bit):
     """AdamW8bit graded on its own: the quantize_blockwise / dequantize_blockwise it calls are the reference's."""
     return given_references(AdamW8bit, quantize_blockwise=lesson.quantize_blockwise,
@@ -1054,9 +1061,10 @@ def _gradient(p: torch.Tensor, step: int, scale: float = 10.0) -> torch.Tensor:
     return g
 
 
-def _simulate(params, steps: int, code_m, code_v, block=256, min_8bit=4096, scale=10.0):
+def _simulate(params, steps: int, code_m, code_v, block=256, min_8bit=4096, scale=10.0, hyper=None):
     """The check's float64 run of the algorithm (nearest levels, fp32-free): params after `steps` steps."""
-    lr, (b1, b2), eps, wd = HYPER["lr"], HYPER["betas"], HYPER["eps"], HYPER["weight_decay"]
+    hyper = hyper or HYPER
+    lr, (b1, b2), eps, wd = hyper["lr"], hyper["betas"], hyper["eps"], hyper["weight_decay"]
     ps = [p.double().clone() for p in params]
     ms = [torch.zeros_like(p) for p in ps]
     vs = [torch.zeros_like(p) for p in ps]
@@ -1079,10 +1087,13 @@ def _simulate(params, steps: int, code_m, code_v, block=256, min_8bit=4096, scal
     return ps, ms, vs
 
 
-def _learner_run(AdamW8bit, params, steps: int, what: str, scale: float = 10.0, **extra):
+def _learner_run(AdamW8bit, params, steps: int, what: str, scale: float = 10.0, defaults: bool = False, **extra):
+    """defaults: construct with no lr, betas, eps or weight_decay (the def line's are the right ones)."""
     leaves = [p.clone().to(memfit.DEVICE).requires_grad_(True) for p in params]
-    options = ", ".join([str(HYPER)] + [f"{k}={v}" for k, v in extra.items()])
-    opt = call_learner(AdamW8bit, leaves, **HYPER, what=f"AdamW8bit(params, {options})", **extra)
+    hyper = {} if defaults else HYPER
+    options = ", ".join(([str(HYPER)] if hyper else ["the def line's lr, betas, eps and weight_decay"])
+                        + [f"{k}={v}" for k, v in extra.items()])
+    opt = call_learner(AdamW8bit, leaves, **hyper, what=f"AdamW8bit(params, {options})", **extra)
     for t in range(1, steps + 1):
         grads = []
         for p in leaves:
@@ -1104,6 +1115,10 @@ class AdamCase:
     grad_scale: float  # 10: heavy-tailed gradients; 1e-5: |g| near eps, where eps's place in the formula shows
     hidden: bool
     gpu_only: bool = False
+    defaults: bool = False  # constructed without lr, betas, eps, weight_decay: the def line's must be the ones used
+
+    def hyper(self) -> dict:
+        return _def_line_hyper() if self.defaults else HYPER
 
     def axes(self) -> dict:
         n = math.prod(self.big)
@@ -1111,11 +1126,14 @@ class AdamCase:
             ("several, a partial last" if n % self.chunk else "several, whole")
         return {"path": ("8-bit", "fp32"), "chunks": chunks, "steps": (1, 8), "param_rank": (len(self.big), len(self.small)),
                 "gradients": "heavy-tailed" if self.grad_scale >= 1 else "tiny (|g| near eps)",
-                "grad_zero_block": True, "grads_unchanged": True}
+                "grad_zero_block": True, "grads_unchanged": True,
+                "hyperparameters": "the def line's defaults" if self.defaults else "passed"}
 
 
 ADAM_CASES = [AdamCase((300, 70), (50,), None, 10.0, False), AdamCase((70, 80), (7, 5), 1024, 1e-5, False),
-              AdamCase((257, 33), (7, 5), None, 1e-5, True), AdamCase((9000,), (50, 3), 2048, 10.0, True)]
+              AdamCase((64, 80), (9,), None, 10.0, False, defaults=True),
+              AdamCase((257, 33), (7, 5), None, 1e-5, True), AdamCase((9000,), (50, 3), 2048, 10.0, True),
+              AdamCase((33, 257), (5,), 512, 10.0, True, defaults=True)]
 
 
 @dataclass(frozen=True)
@@ -1139,11 +1157,13 @@ def _adam_case(AdamW8bit, case: AdamCase, seed: int) -> None:
     extra = {} if case.chunk is None else {"chunk": case.chunk}
     chunk = "" if case.chunk is None else f", chunk={case.chunk}"
     size = "" if case.grad_scale >= 1 else ", gradients of about 1e-5"
-    what = f"AdamW8bit{chunk} on a {case.big} weight (8-bit states) and a {case.small} one (fp32 states){size}"
-    leaves, opt = _learner_run(AdamW8bit, params, 1, what, case.grad_scale, **extra)
-    exact, _, _ = _simulate(params, 1, code_m, code_v, scale=case.grad_scale)
+    hyper = case.hyper()
+    what = (f"AdamW8bit{chunk}{', its default hyperparameters' if case.defaults else ''} on a {case.big} weight "
+            f"(8-bit states) and a {case.small} one (fp32 states){size}")
+    leaves, opt = _learner_run(AdamW8bit, params, 1, what, case.grad_scale, case.defaults, **extra)
+    exact, _, _ = _simulate(params, 1, code_m, code_v, scale=case.grad_scale, hyper=hyper)
     same = [p.clone().requires_grad_(True) for p in params]
-    torch_opt = torch.optim.AdamW(same, foreach=False, **HYPER)
+    torch_opt = torch.optim.AdamW(same, foreach=False, **hyper)
     for p in same:
         p.grad = _gradient(p.detach(), 1, case.grad_scale)
     torch_opt.step()
@@ -1156,7 +1176,7 @@ def _adam_case(AdamW8bit, case: AdamCase, seed: int) -> None:
             raise CheckFailed(f"{what}: the 8-bit weight's state should hold {key!r} and {key + '_absmax'!r} "
                               f"(the given _state creates them); it has {sorted(state)}")
         g = _gradient(params[0], 1, case.grad_scale).double()
-        exact_state = (1 - HYPER["betas"][0]) * g if key == "m" else (1 - HYPER["betas"][1]) * g ** 2
+        exact_state = (1 - hyper["betas"][0]) * g if key == "m" else (1 - hyper["betas"][1]) * g ** 2
         _check_state_codes(state[key], state[key + "_absmax"], exact_state.reshape(-1), code,
                            f"{what}: state[{key!r}] after step 1 (on the {'signed' if key == 'm' else 'unsigned'} "
                            "code)")
@@ -1168,10 +1188,10 @@ def _adam_case(AdamW8bit, case: AdamCase, seed: int) -> None:
                           f"({state_bytes / n:.2f} B/param); 8-bit m and v with fp32 absmax per 256 are "
                           f"{allowed - 64:,} ({(allowed - 64) / n:.3f} B/param)")
     steps = 8
-    leaves, _ = _learner_run(AdamW8bit, params, steps, what, case.grad_scale, **extra)
-    exact, _, _ = _simulate(params, steps, code_m, code_v, scale=case.grad_scale)
+    leaves, _ = _learner_run(AdamW8bit, params, steps, what, case.grad_scale, case.defaults, **extra)
+    exact, _, _ = _simulate(params, steps, code_m, code_v, scale=case.grad_scale, hyper=hyper)
     diffs = torch.cat([(got.detach().cpu().double() - e).abs().flatten() for got, e in zip(leaves, exact)])
-    allowed_drift = 0.01 * HYPER["lr"] * steps
+    allowed_drift = 0.01 * hyper["lr"] * steps
     # A state whose fp64 value lies within fp32's rounding of a midpoint between two levels may round to the other
     # level in any right answer (the reference too, on some draws of the gradients): that weight then takes another
     # path. Such flips are isolated; storing states into the wrong codes or blocks moves most weights.
@@ -1274,6 +1294,7 @@ AXES = {
     "adamw8bit_step": {"path": ("8-bit", "fp32"), "chunks": ("one (the default)", "several, a partial last"),
                        "steps": (1, 8), "param_rank": (1, 2), "gradients": ("heavy-tailed", "tiny (|g| near eps)"),
                        "grad_zero_block": (True,), "grads_unchanged": (True,),
+                       "hyperparameters": ("passed", "the def line's defaults"),
                        "memory": ("chunk=4096",), "kept": ("after the step",), "invalid": ("chunk",)},
     "adamw8bit_convergence": {"optimizer": ("AdamW8bit against torch.optim.AdamW",)},
 }
