@@ -16,6 +16,9 @@ case can tell the two values apart: a learner who ignores that option would keep
 - `other(value, arguments)`: the value answered with; `arguments`: the call's other arguments, bound by name.
 - `kinds`: the kinds the check's cases must reach (each one then proven); a kind the cases never reach is reported.
 
+One axis that is not a parameter has counterfactuals too: DTYPE, the dtype of the call's floating-point tensors
+(computed_lower: an fp32 call carried in fp16, an fp16 one in bf16), for every numerics check of a tensor function.
+
 EXEMPT names each option of a graded function that has no counterfactual here, and why; tests/test_counterfactuals.py
 checks that every parameter with a default (an option by construction) of every graded function is one or the other.
 """
@@ -111,6 +114,23 @@ def scaled(factor: float) -> Callable[[Any, dict], Any]:
     return lambda value, _arguments: value * factor
 
 
+DTYPE = "<the inputs' dtype>"  # an axis, not a parameter: the dtype of the call's floating-point tensors
+LOWER = {torch.float32: torch.float16, torch.float16: torch.bfloat16}  # (bfloat16 has no lower one)
+
+
+def _graded_kinds() -> tuple:
+    """The dtypes this machine's cases use that have a lower one (memfit.profile().dtypes)."""
+    import memfit
+    return tuple(dtype_kind(d) for d in memfit.profile().dtypes if d in LOWER)
+
+
+def computed_lower(function: str) -> Option:
+    """The dtype axis: the call carried in a lower precision than its inputs' (fp32 as fp16, fp16 as bf16: inputs and
+    results rounded through it). A check that keeps the points cannot tell a kernel that drops precision."""
+    return Option(function, DTYPE, lambda d: dtype_kind(d) if d in LOWER else None, lambda d, a: LOWER[d],
+                  _graded_kinds())
+
+
 def cfg_field(field: str, other: Callable[[Any], Any]) -> tuple[Callable, Callable]:
     """(kind, other) for a field of a GPTConfig argument: the config answered as if that field held another value."""
     return (lambda cfg: f"{field}={getattr(cfg, field)!r}",
@@ -187,6 +207,7 @@ COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
                lambda d, a: torch.float32 if d.itemsize != 4 else torch.float16, kinds=("1-byte", "2-byte", "4-byte",
                                                                                         "8-byte"))],
     ("00_first_kernel", "scaled_add_numerics"): [
+        computed_lower("scaled_add"),
         Option("scaled_add", "alpha", sign, lambda v, a: 0.5 if v == 0 else -v, kinds=("zero", "positive", "negative")),
         Option("scaled_add", "out", given, lambda v, a: None, kinds=("given",))],
     ("00_first_kernel", "scaled_add_memory"): [
@@ -238,31 +259,40 @@ COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
         numbers("deepspeed_zero3_estimate", "nodes", (1, 2, 4), lambda v: "1" if v == 1 else "more")],
     ("03_zero", "prefetch_timeline"): [numbers("prefetch_timeline", "prefetch", (0, 1, 2, 3))],
     # ---------------------------------------------------------------------------------------------- 04
-    ("04_kernel_fusion", "pow4_numerics"): [Option("pow4", "out", given, lambda v, a: None, kinds=("given",))],
+    ("04_kernel_fusion", "pow4_numerics"): [computed_lower("pow4"),
+                                            Option("pow4", "out", given, lambda v, a: None, kinds=("given",))],
     ("04_kernel_fusion", "pow4_memory"): [Option("pow4", "out", given, lambda v, a: None, kinds=("given",))],
-    ("04_kernel_fusion", "rmsnorm_forward"): [Option("rmsnorm_forward", "eps", itself, scaled(10.0))],
-    ("04_kernel_fusion", "rmsnorm_backward"): [Option("rmsnorm_forward", "eps", itself, scaled(10.0))],
+    ("04_kernel_fusion", "rmsnorm_forward"): [computed_lower("rmsnorm_forward"),
+                                              Option("rmsnorm_forward", "eps", itself, scaled(10.0))],
+    ("04_kernel_fusion", "rmsnorm_backward"): [computed_lower("rmsnorm_backward"),
+                                               Option("rmsnorm_forward", "eps", itself, scaled(10.0))],
     # ---------------------------------------------------------------------------------------------- 05
-    ("05_flash_attention", "attention_tiled"): [
+    ("04_kernel_fusion", "swiglu"): [computed_lower("swiglu_forward"), computed_lower("swiglu_backward")],
+    ("05_flash_attention", "attention_tiled"): [computed_lower("attention_tiled"),
         Option("attention_tiled", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
-    ("05_flash_attention", "flash_forward"): [
+    ("05_flash_attention", "flash_forward"): [computed_lower("flash_attention_forward"),
         Option("flash_attention_forward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
     ("05_flash_attention", "flash_backward_dv"): [
         Option("flash_attention_backward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
-    ("05_flash_attention", "flash_backward"): [
+    ("05_flash_attention", "flash_backward"): [computed_lower("flash_attention_backward"),
         Option("flash_attention_backward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
     ("05_flash_attention", "flash_attention_memory"): [
         Option("flash_attention", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
     # ---------------------------------------------------------------------------------------------- 06
-    ("06_fused_linear_ce", "cross_entropy_with_grad"): _ce_options("cross_entropy_with_grad", bias=False),
-    ("06_fused_linear_ce", "chunked_linear_ce"): _ce_options("chunked_linear_ce", bias=True),
-    ("06_fused_linear_ce", "fused_linear_ce_forward"): _ce_options("fused_linear_ce_forward", bias=True, fp32_dw=True),
+    ("06_fused_linear_ce", "cross_entropy_with_grad"): _ce_options("cross_entropy_with_grad", bias=False)
+    + [computed_lower("cross_entropy_with_grad")],
+    ("06_fused_linear_ce", "chunked_linear_ce"): _ce_options("chunked_linear_ce", bias=True)
+    + [computed_lower("chunked_linear_ce")],
+    ("06_fused_linear_ce", "fused_linear_ce_forward"): _ce_options("fused_linear_ce_forward", bias=True, fp32_dw=True)
+    + [computed_lower("fused_linear_ce_forward")],
     ("06_fused_linear_ce", "fused_linear_ce_memory"): [
         Option("fused_linear_ce_forward", "fp32_dw", lambda v: None if v else "False", lambda v, a: True,
                kinds=("False",))],
-    ("06_fused_linear_ce", "fused_linear_cross_entropy"): _ce_options("fused_linear_cross_entropy", bias=True),
+    ("06_fused_linear_ce", "fused_linear_cross_entropy"): _ce_options("fused_linear_cross_entropy", bias=True)
+    + [computed_lower("fused_linear_cross_entropy")],
+    ("07_quantization", "int8_matmul"): [computed_lower("int8_weight_matmul")],
     # ---------------------------------------------------------------------------------------------- 07
-    ("07_quantization", "blockwise"): [
+    ("07_quantization", "blockwise"): [computed_lower("quantize_blockwise"),
         Option("quantize_blockwise", "block", itself, scaled(2)),
         Option("dequantize_blockwise", "block", itself, scaled(2)),
         Option("quantize_blockwise", "code", lambda v: "given", lambda v, a: v * 0.5),

@@ -16,7 +16,7 @@ import torch
 from autograder.checks import CheckFailed, CheckSkipped, LearnerCodeError, checks_for
 from autograder.checks.contracts import in_decoy
 from autograder.checks.domain import HIDDEN_SEED_ENV
-from tests.counterfactuals import COUNTERFACTUALS, EXEMPT, KNOWN_BLIND, NO_OTHER, Option, ref
+from tests.counterfactuals import COUNTERFACTUALS, DTYPE, EXEMPT, KNOWN_BLIND, NO_OTHER, Option, ref
 from tests.mutants.registry import LESSONS
 
 
@@ -42,8 +42,9 @@ def answering(obj, options: list[Option], change: tuple[Option, str] | None, see
         bound.apply_defaults()
         arguments = dict(bound.arguments)
         reached = []
+        lower = None
         for option in options if not in_decoy() else ():  # a decoy's result is not compared with a right answer
-            value = arguments[option.param]
+            value = _floating_dtype(arguments) if option.param == DTYPE else arguments[option.param]
             kind = option.kind(value)
             if kind is None:
                 continue
@@ -52,8 +53,11 @@ def answering(obj, options: list[Option], change: tuple[Option, str] | None, see
                 continue
             reached.append((option, kind))
             if change is not None and change[0] is option and change[1] == kind:
-                bound.arguments[option.param] = other
-        result = fn(*bound.args, **bound.kwargs)
+                if option.param == DTYPE:
+                    lower = other
+                else:
+                    bound.arguments[option.param] = other
+        result = fn(*bound.args, **bound.kwargs) if lower is None else _computed_in(fn, bound, lower)
         for option, kind in reached:  # only calls that return: an invalid call has no right answer to mistake
             seen.setdefault(option, set()).add(kind)
         return result
@@ -62,6 +66,33 @@ def answering(obj, options: list[Option], change: tuple[Option, str] | None, see
         return wrapper
     body = {where: staticmethod(wrapper) if where == "forward" else wrapper}
     return type(obj.__name__, (obj,), {**body, "__module__": obj.__module__, "__qualname__": obj.__qualname__})
+
+
+def _floating_dtype(arguments: dict):
+    """The dtype of the call's first floating-point tensor argument, None if it has none."""
+    return next((v.dtype for v in arguments.values() if isinstance(v, torch.Tensor) and v.is_floating_point()), None)
+
+
+def _computed_in(fn, bound, lower):
+    """fn as if it carried its values in `lower`: its floating-point tensors of the inputs' dtype rounded through
+    `lower`, its results of that dtype too (an fp32 rstd of 16-bit inputs stays as it is; a given out= rounded in
+    place). Computed in the inputs' dtype, so kernels that have no `lower` path (bf16 in Triton's interpreter) run."""
+    dtype = _floating_dtype(bound.arguments)
+    out = bound.arguments.get("out")
+    for name, value in bound.arguments.items():
+        if name != "out" and isinstance(value, torch.Tensor) and value.dtype == dtype:
+            bound.arguments[name] = value.to(lower).to(dtype)
+
+    def rounded(r):
+        if isinstance(r, torch.Tensor) and r.dtype == dtype:
+            if r is out:
+                return out.copy_(out.to(lower))
+            return r.to(lower).to(dtype)
+        if isinstance(r, (tuple, list)):
+            return type(r)(rounded(x) for x in r)
+        return r
+
+    return rounded(fn(*bound.args, **bound.kwargs))
 
 
 def run_check(lesson: str, check, change: tuple[Option, str] | None, seen: dict) -> None:
