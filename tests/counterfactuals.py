@@ -68,17 +68,24 @@ def itself(value) -> str:
     return str(value)
 
 
+@functools.lru_cache(maxsize=None)
+def _lesson_of(function: str) -> str:
+    """The first lesson whose solution defines `function` (later ones may import it)."""
+    from course.lessons import lessons
+    return next(lesson for lesson in lessons() if function in vars(ref(lesson)))
+
+
 NO_OTHER = object()  # other(): no value the text allows gives this call another answer (the call is not counted)
 
 
-def differing(candidates: Callable[[Any], tuple], lesson: str, function: str, param: str) -> Callable[[Any, dict], Any]:
+def differing(candidates: Callable[[Any], tuple], function: str, param: str) -> Callable[[Any, dict], Any]:
     """For a pure function: the first candidate whose right answer for this call differs from the value's (fp32 and amp
     keep the same state bytes, stage 0 sends no parameters: answering one as the other is no mistake there)."""
     def other(value, arguments):
         options = tuple(c for c in candidates(value) if c != value)
         if any(callable(v) for v in arguments.values()):  # a predictor given: calling it again would count as a call
             return options[0]
-        fn = getattr(ref(lesson), function)
+        fn = getattr(ref(_lesson_of(function)), function)
         right = fn(**arguments)
         for candidate in options:
             try:
@@ -94,12 +101,12 @@ def choice(function: str, param: str, values: Callable[[], tuple]) -> Option:
     """An option that takes one of the text's values, each answered as another whose answer differs."""
     def kind(value) -> str | None:  # a value outside the list is an invalid call: the check expects ValueError
         return str(value) if isinstance(value, str) and value in values() else None
-    return Option(function, param, kind, differing(lambda v: values(), LESSON_OF[function], function, param))
+    return Option(function, param, kind, differing(lambda v: values(), function, param))
 
 
 def numbers(function: str, param: str, candidates: tuple, kind=itself, kinds: tuple = ()) -> Option:
     """A number of a pure function's call, answered as the first candidate that changes its answer."""
-    return Option(function, param, kind, differing(lambda v: candidates, LESSON_OF[function], function, param), kinds)
+    return Option(function, param, kind, differing(lambda v: candidates, function, param), kinds)
 
 
 def dtype_kind(dtype) -> str:
@@ -194,11 +201,6 @@ def _zero_adamw_options(memory: bool = False) -> list[Option]:
         Option("ZeroAdamW", "weight_decay", sign, lambda v, a: 0.0 if v else 0.1, kinds=("positive",)),
     ]
 
-
-LESSON_OF = {"state_bytes": "01_model_states", "activation_bytes": "02_activations", "predict_peak": "02_activations",
-             "max_micro_batch": "02_activations", "zero_bytes_per_rank": "03_zero", "comm_bytes_per_rank": "03_zero",
-             "deepspeed_zero3_estimate": "03_zero", "prefetch_timeline": "03_zero", "lora_state_bytes": "08_fine_tune",
-             "accumulation_steps": "02_activations", "bytes_of": "00_first_kernel"}
 
 COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
     # ---------------------------------------------------------------------------------------------- 00
