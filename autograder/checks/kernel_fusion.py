@@ -322,7 +322,9 @@ class MemoryCase:
 
 
 RMS_MEMORY_CASES = [MemoryCase(16, 300, False), MemoryCase(64, 1000, True)]
-RMS_BACKWARD_MEMORY_CASES = [MemoryCase(19, 300, False), MemoryCase(67, 1000, True)]  # sizes numerics do not use
+# rows here are per program (rows * P + 3 in all: more rows than the text's P programs on every machine, so a
+# partial buffer of one row per row of x, or per program of another count, shows); sizes numerics do not use
+RMS_BACKWARD_MEMORY_CASES = [MemoryCase(4, 300, False), MemoryCase(16, 1000, True)]
 SWIGLU_MEMORY_CASES = [MemoryCase(16, 300, False), MemoryCase(64, 1000, True)]
 
 
@@ -407,11 +409,15 @@ def _text_programs(h: int) -> int:
 
 @dataclass(frozen=True)
 class RmsBackwardCase:
-    lead: tuple  # leading dims, with "P" for the text's number of programs (4 on a CPU), e.g. ("2P+1",)
+    lead: tuple  # leading dims, with "P" for the text's number of programs (4 on a CPU), e.g. ("2*P+1",)
     h: int
     hidden: bool
     layout: str = "contiguous"
     magnitude: str = "normal"
+    dy_layout: str | None = None  # dy's own layout (the text lets dy and x be strided apart); None: x's
+    eps: float = EPS  # the eps the forward's rstd was computed with: the backward must use rstd, not recompute it
+    signs: str = "mixed"  # "cancelling": x near 1 and dy near +-1 by row, so dw is a sum of near-opposite terms:
+    # a small sum of large terms, where a 16-bit partial sum (or a product rounded to 16 bits) is off by its roundoff
 
     def shape(self) -> tuple:
         p = _text_programs(self.h)
@@ -423,16 +429,24 @@ class RmsBackwardCase:
         kind = "fewer rows than programs" if rows < p else "a multiple of the programs" if rows % p == 0 else \
             "not a multiple of the programs"
         return {"path": "numerics", "rank": len(shape), "h": _h_kind(self.h), "layout": self.layout, "dtype": DTYPE_NAMES,
-                "magnitude": self.magnitude, "rows_vs_programs": kind}
+                "magnitude": self.magnitude, "rows_vs_programs": kind,
+                "dy_layout": "x's" if self.dy_layout in (None, self.layout) else "another", "eps": self.eps,
+                "signs": self.signs}
 
 
 RMS_BACKWARD_CASES = [
     RmsBackwardCase((3,), 128, False), RmsBackwardCase(("2*P+1",), 100, False, "column slice", "large"),
-    RmsBackwardCase((2, "P"), 64, False, "every other row"), RmsBackwardCase((), 1, False),
+    RmsBackwardCase((2, "P"), 64, False, "every other row", dy_layout="column slice"),
+    RmsBackwardCase((), 1, False),
     RmsBackwardCase((1, 1), 33, False, magnitude="large"),
-    RmsBackwardCase(("P-1",), 1000, True, "every other row", "large"), RmsBackwardCase(("3*P+2",), 257, True),
-    RmsBackwardCase((3, "P"), 64, True, "column slice"), RmsBackwardCase((2, 5, 1), 3000, True),
+    RmsBackwardCase(("P+1",), 40, False, magnitude="small", dy_layout="every other row", eps=1e-2),
+    RmsBackwardCase(("3*P+2",), 64, False, eps=0.1, signs="cancelling"),
+    RmsBackwardCase(("P-1",), 1000, True, "every other row", "large"), RmsBackwardCase(("3*P+2",), 257, True, magnitude="small", eps=1e-2),
+    RmsBackwardCase((3, "P"), 64, True, "column slice", dy_layout="contiguous"),
+    RmsBackwardCase((2, 5, 1), 3000, True),
     RmsBackwardCase((5,), 1, True), RmsBackwardCase((), 4096, True, magnitude="large"),
+    RmsBackwardCase((2, "P"), 300, True, "column slice", "small", dy_layout="every other row", eps=0.1),
+    RmsBackwardCase(("2*P+3",), 200, True, "every other row", dy_layout="column slice", signs="cancelling"),
 ]
 
 
@@ -440,10 +454,14 @@ def _check_rms_backward(rmsnorm_backward, case: RmsBackwardCase, dtype, seed: in
     shape = case.shape()
     x = _make(shape, dtype, seed, MAGNITUDES[case.magnitude], case.layout)
     w = _randn(shape[-1], dtype, seed + 100) + 1
-    dy = _make(shape, dtype, seed + 200, 1.0, case.layout)
-    rstd = torch.rsqrt(x.float().pow(2).mean(-1) + EPS).reshape(-1)
-    what = (f"rmsnorm_backward(dy, x of shape {shape} ({_layout_name(x)}, |x| ~ "
-            f"{MAGNITUDES[case.magnitude]}), {_name(dtype)})")
+    dy = _make(shape, dtype, seed + 200, 1.0, case.dy_layout or case.layout)
+    if case.signs == "cancelling":  # (rank 2 cases): rows of x near 1, of dy near +1 and -1 in turn
+        x.mul_(0.005).add_(1), dy.mul_(0.01).add_(1), dy[1::2].neg_()
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1) + case.eps).reshape(-1)
+    values = ("x near 1, dy rows near +1 and -1 in turn, so dweight is a small sum of large terms"
+              if case.signs == "cancelling" else f"|x| ~ {MAGNITUDES[case.magnitude]}")
+    what = (f"rmsnorm_backward(dy ({_layout_name(dy)}), x of shape {shape} ({_layout_name(x)}, {values}), "
+            f"rstd from eps={case.eps:g}, {_name(dtype)})")
     with guarded_allocations():
         got = call_pure(rmsnorm_backward, dy, x, w, rstd, what=what)
     if not (isinstance(got, tuple) and len(got) == 2):
@@ -453,7 +471,7 @@ def _check_rms_backward(rmsnorm_backward, case: RmsBackwardCase, dtype, seed: in
     for target, precision in ((exact, torch.float64), (same, torch.float32)):
         xi = x.detach().to(precision).requires_grad_(True)
         wi = w.detach().to(precision).requires_grad_(True)
-        _rmsnorm_eager(xi, wi).backward(dy.to(precision))
+        _rmsnorm_eager(xi, wi, case.eps).backward(dy.to(precision))
         target.extend([xi.grad, wi.grad] if precision == torch.float64 else
                       [xi.grad.to(dtype), wi.grad.to(dtype)])
     # dx = rstd * (dy*w - x_hat * mean(dy*w*x_hat)): at h = 1 the two terms cancel almost exactly, so the
@@ -464,7 +482,7 @@ def _check_rms_backward(rmsnorm_backward, case: RmsBackwardCase, dtype, seed: in
     rows = terms.shape[0]
     products = (dy.double() * x.double()).reshape(-1, shape[-1]) * rstd.double()[:, None]
     bound = summation_bound(products.abs().sum(0), rows + 2, torch.float32)
-    assert_close_by_rule(dw, exact[1], same[1], what + ", dweight (summed over all rows)", bound=bound)
+    assert_close_by_rule(dw, exact[1], same[1], what + ", dweight (summed over all rows in fp32)", bound=bound)
 
 
 def rmsnorm_backward_domain() -> dict:
@@ -473,7 +491,8 @@ def rmsnorm_backward_domain() -> dict:
     p = _text_programs(1)
     rows = Sizes(1, 3 * p + 2, edges=tuple(sorted({1, 2, max(1, p - 1), p, p + 1, 2 * p + 1, 3 * p + 2})))
     return {"h": _row_sizes(), "rank": Choice(1, 2, 3), "rows": rows, "layout": Choice(*LAYOUTS),
-            "dtype": Choice(*DTYPE_NAMES), "magnitude": Choice("normal", "large", "small")}
+            "dy_layout": Choice(*LAYOUTS), "dtype": Choice(*DTYPE_NAMES),
+            "magnitude": Choice("normal", "large", "small"), "eps": Choice(EPS, 1e-2, 1e-6, 0.1)}
 
 
 DRAWN_RMSNORM_BACKWARD_CASES = 12
@@ -486,12 +505,12 @@ def check_rmsnorm_backward(rmsnorm_forward, rmsnorm_backward, cases: str = "visi
         for dtype in DTYPES:
             _check_rms_backward(rmsnorm_backward, case, dtype, seed)
     for case, dtype in ((c, d) for c in _plan(RMS_BACKWARD_MEMORY_CASES, cases) for d in DTYPES):
-        rows, h = case.rows, case.h
+        rows, h = case.rows * _text_programs(case.h) + 3, case.h
         x, dy = _randn((rows, h), dtype, 3, scale=2.0), _randn((rows, h), dtype, 4)
         w = _randn(h, dtype, 5) + 1
         rstd = torch.rsqrt(x.float().pow(2).mean(-1) + EPS)
         what = f"rmsnorm_backward on {rows} rows of {h} ({_name(dtype)})"
-        partial_rows = max(rows, _text_programs(h))
+        partial_rows = _text_programs(h)  # the text's (programs, h) buffer
         budget = allocated_bytes(x.numel() * x.element_size(), partial_rows * h * 4, h * 4, h * x.element_size())
         _check_memory(lambda: call_learner(rmsnorm_backward, dy, x, w, rstd, what=what), what,
                       math.ceil(1.05 * budget), f"dx + a ({partial_rows}, h) fp32 buffer of partial dw rows + dw",
@@ -501,8 +520,10 @@ def check_rmsnorm_backward(rmsnorm_forward, rmsnorm_backward, cases: str = "visi
     if check_cases(cases)[1]:
         def check_one(drawn: dict) -> None:
             _strided_rows_only(drawn["rank"], drawn["layout"])
+            _strided_rows_only(drawn["rank"], drawn["dy_layout"])
             lead = _shape(drawn["rank"], drawn["rows"], 0)[:-1]  # rank 2: (rows,); rank 3: (rows, 2)
-            case = RmsBackwardCase(lead, drawn["h"], True, drawn["layout"], drawn["magnitude"])
+            case = RmsBackwardCase(lead, drawn["h"], True, drawn["layout"], drawn["magnitude"], drawn["dy_layout"],
+                                   drawn["eps"])
             _check_rms_backward(rmsnorm_backward, case, BY_NAME[drawn["dtype"]], drawn["seed"])
         grade_drawn(rmsnorm_backward_domain(), "rmsnorm_backward", DRAWN_RMSNORM_BACKWARD_CASES, check_one)
 
@@ -797,7 +818,8 @@ AXES = {
                          "h": ("1", "a power of two", "not a power of two"), "layout": LAYOUTS,
                          "dtype": DTYPE_NAMES, "magnitude": ("normal", "large"),
                          "rows_vs_programs": ("fewer rows than programs", "a multiple of the programs",
-                                              "not a multiple of the programs")},
+                                              "not a multiple of the programs"),
+                         "dy_layout": ("x's", "another"), "eps": (EPS, 1e-2, 0.1), "signs": ("mixed", "cancelling")},
     "swiglu": {"path": ("numerics", "memory"), "rank": (1, 2, 3),
                "f_vs_block": ("less than one block", "whole blocks", "a partial last block"), "operands": OPERANDS,
                "dtype": DTYPE_NAMES, "magnitude": ("normal", "large")},

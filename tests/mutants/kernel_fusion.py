@@ -93,7 +93,7 @@ def rmsnorm_forward_in_column_blocks(x, weight, eps=1e-5):  # right: the row in 
     return y.view(x.shape), rstd
 
 
-def rmsnorm_backward_row_per_program(dy, x, weight, rstd):  # right: one program per row, dw summed over all rows
+def rmsnorm_backward_row_per_program(dy, x, weight, rstd):  # one program per row: a (rows, h) fp32 buffer, x's size
     h = x.shape[-1]
     rows, grads = x.reshape(-1, h).contiguous(), dy.reshape(-1, h).contiguous()
     n_rows = rows.shape[0]
@@ -101,6 +101,18 @@ def rmsnorm_backward_row_per_program(dy, x, weight, rstd):  # right: one program
     partial = torch.empty(n_rows, h, dtype=torch.float32, device=x.device)
     ref.rmsnorm_backward_kernel[(n_rows,)](grads, rows, weight, rstd, dx, partial, rows.stride(0), n_rows, h, 1,
                                            BLOCK=triton.next_power_of_2(h))
+    return dx.view(x.shape), partial.sum(0).to(weight.dtype)
+
+
+def rmsnorm_backward_two_programs(dy, x, weight, rstd):  # right: fewer programs than the text's, longer runs each
+    h = x.shape[-1]
+    rows, grads = x.reshape(-1, h).contiguous(), dy.reshape(-1, h).contiguous()
+    n_rows = rows.shape[0]
+    programs = min(2, n_rows)
+    dx = torch.empty_like(rows)
+    partial = torch.empty(programs, h, dtype=torch.float32, device=x.device)
+    ref.rmsnorm_backward_kernel[(programs,)](grads, rows, weight, rstd, dx, partial, rows.stride(0), n_rows, h,
+                                             triton.cdiv(n_rows, programs), BLOCK=triton.next_power_of_2(h))
     return dx.view(x.shape), partial.sum(0).to(weight.dtype)
 
 

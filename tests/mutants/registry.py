@@ -228,10 +228,12 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
         "rmsnorm_backward": {
             "wrong": [Wrong({"rmsnorm_forward": REF, "rmsnorm_backward": "rmsnorm_backward_without_projection"}, "dx"),
                       Wrong({"rmsnorm_forward": REF, "rmsnorm_backward": "rmsnorm_backward_dw_of_last_program"},
-                            "dweight")],
-            "right": [Right({"rmsnorm_forward": REF, "rmsnorm_backward": "rmsnorm_backward_row_per_program"}),
+                            "dweight"),
+                      Wrong({"rmsnorm_forward": REF, "rmsnorm_backward": "rmsnorm_backward_row_per_program"},
+                            "fp32 buffer of partial dw rows")],
+            "right": [Right({"rmsnorm_forward": REF, "rmsnorm_backward": "rmsnorm_backward_two_programs"}),
                       Right({"rmsnorm_forward": "rmsnorm_forward_in_column_blocks",
-                             "rmsnorm_backward": "rmsnorm_backward_row_per_program"})]},
+                             "rmsnorm_backward": "rmsnorm_backward_two_programs"})]},
         "swiglu": {
             "wrong": [Wrong({"swiglu_forward": REF, "swiglu_backward": "swiglu_backward_silu_derivative_wrong"},
                             "dgate"),
