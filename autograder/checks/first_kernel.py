@@ -123,7 +123,7 @@ def _check_bytes(bytes_of, case: BytesCase) -> None:
 
 OPERANDS = ("separate tensors", "views into one buffer", "the same tensor", "strides differ on a size-1 dim")
 ALPHAS = ("zero", "positive", "negative")
-MAGNITUDES = {"unit": 1.0, "large": 1000.0}
+MAGNITUDES = {"unit": 1.0, "large": 1000.0, "with inf and nan": 1.0}  # the last: IEEE specials in x and y
 BLOCK_FIT = ("one element", "less than a block", "whole blocks", "a partial last block")
 
 
@@ -169,7 +169,8 @@ def _add_cases() -> dict:
                     AddCase((2, b), 0, "positive", "separate tensors"),
                     AddCase((b + 5, 1), 1, "negative", "strides differ on a size-1 dim"),
                     AddCase((2, 3, b // 6 + 1), 2, "zero", "separate tensors", "large"),
-                    AddCase((17,), 2, "positive", "separate tensors")],
+                    AddCase((17,), 2, "positive", "separate tensors"),
+                    AddCase((23,), 0, "zero", "separate tensors", "with inf and nan")],
         "hidden": [AddCase((1,), 1, "negative", "views into one buffer"),
                    AddCase((), 2, "positive", "separate tensors", "large"),
                    AddCase((b - 1,), 0, "zero", "separate tensors"),
@@ -177,7 +178,8 @@ def _add_cases() -> dict:
                    AddCase((3, 7, b // 5 + 3), 2, "positive", "separate tensors"),
                    AddCase((4 * b + 1, 1), 0, "positive", "strides differ on a size-1 dim", "large"),
                    AddCase((16 * b + 3,), 1, "negative", "separate tensors"),
-                   AddCase((b - 1,), 0, "negative", "views into one buffer", "large")],
+                   AddCase((b - 1,), 0, "negative", "views into one buffer", "large"),
+                   AddCase((2, 9), 1, "zero", "views into one buffer", "with inf and nan")],
     }
 
 
@@ -199,16 +201,20 @@ def _operands(case: AddCase, seed: int):
         rows, one = case.shape
         x, y = draw(one, rows).t(), draw(rows, one)
         assert x.is_contiguous() and x.stride() != y.stride()
+    if case.magnitude == "with inf and nan":  # 0 * inf and inf - inf are nan, x + 0 * y is not always x
+        xs, ys = x.view(-1), y.view(-1)
+        ys[0::5], ys[1::7], xs[2::3] = math.inf, math.nan, -math.inf
     magnitude = float(torch.empty(()).uniform_(0.25, 2.0, generator=gen))
     alpha = {"zero": 0.0, "positive": magnitude, "negative": -magnitude}[case.alpha]
     return x, y, alpha
 
 
-def _describe(case_shape, dtype, alpha: float, operands: str = "separate tensors") -> str:
+def _describe(case_shape, dtype, alpha: float, operands: str = "separate tensors", magnitude: str = "unit") -> str:
     how = {"separate tensors": "", "views into one buffer": " (x and y views into one buffer)",
            "the same tensor": " (y is x)", "strides differ on a size-1 dim": " (x = a (1, n) tensor transposed)"}
     return (f"scaled_add(x, y, alpha={alpha:.4f}) with x and y of shape {tuple(case_shape)} "
-            f"({math.prod(case_shape):,} elements), {dtype_name(dtype)}" + how[operands])
+            f"({math.prod(case_shape):,} elements), {dtype_name(dtype)}" + how[operands]
+            + (", some elements inf, -inf or nan" if magnitude == "with inf and nan" else ""))
 
 
 def _check_one(scaled_add, x, y, alpha: float, what: str, earlier: dict | None = None) -> None:
@@ -334,14 +340,14 @@ def check_scaled_add_numerics(scaled_add, cases: str = "visible") -> None:
     earlier: dict = {}
     for seed, case in enumerate(_plan(_add_cases(), cases)):
         x, y, alpha = _operands(case, seed)
-        _check_one(scaled_add, x, y, alpha, _describe(case.shape, case.dtype(), alpha, case.operands), earlier)
+        _check_one(scaled_add, x, y, alpha, _describe(case.shape, case.dtype(), alpha, case.operands, case.magnitude), earlier)
     for seed, case in enumerate(_plan(INVALID_CASES, cases)):
         _check_refused(scaled_add, case.kind, seed)
     if check_cases(cases)[1]:
         def check_one(drawn: dict) -> None:
             case = _drawn_add_case(drawn)
             x, y, alpha = _operands(case, drawn["seed"])
-            _check_one(scaled_add, x, y, alpha, _describe(case.shape, case.dtype(), alpha, case.operands))
+            _check_one(scaled_add, x, y, alpha, _describe(case.shape, case.dtype(), alpha, case.operands, case.magnitude))
         grade_drawn(add_domain(), "scaled_add_numerics", DRAWN_ADD_CASES, check_one)
 
 
@@ -356,6 +362,7 @@ class MemoryCase:
     shape: tuple
     dtype_index: int
     out: str  # "None" (scaled_add allocates its output) or "given"
+    operands: str = "separate tensors"  # or "the same tensor" (y is x: the text allows it)
 
     def dtype(self) -> torch.dtype:
         dtypes = memfit.profile().dtypes
@@ -363,7 +370,8 @@ class MemoryCase:
 
     def axes(self) -> dict:
         return {"dtype": dtype_name(self.dtype()), "out": self.out, "rank": len(self.shape),
-                "block_fit": _block_fit(math.prod(self.shape)), "kept": "after the call"}
+                "block_fit": _block_fit(math.prod(self.shape)), "kept": "after the call", "operands": self.operands,
+                "size": "less than one block" if math.prod(self.shape) < _block() else "many blocks"}
 
 
 def _memory_cases() -> dict:
@@ -373,8 +381,12 @@ def _memory_cases() -> dict:
     # (each large enough that host copies of x and y in NumPy pass the host allowance: the visible cases show it)
     visible_shapes = [(70_001,), (3, 46_669), (2, 70_003)]
     hidden_shapes = [(5, 28_001), (140_009,), (3, 46_673)]
-    return {"visible": [MemoryCase(visible_shapes[i], i, ("None", "given")[i % 2]) for i in dtypes],
-            "hidden": [MemoryCase(hidden_shapes[i], i, ("given", "None")[i % 2]) for i in dtypes]}
+    # and, measured with them: y is x (nothing to copy), and a size below one block (no call too small to launch:
+    # the arithmetic is the kernel's at every size)
+    return {"visible": [MemoryCase(visible_shapes[i], i, ("None", "given")[i % 2]) for i in dtypes]
+            + [MemoryCase((70_007,), 1, "given", "the same tensor"), MemoryCase((17,), 0, "None")],
+            "hidden": [MemoryCase(hidden_shapes[i], i, ("given", "None")[i % 2]) for i in dtypes]
+            + [MemoryCase((2, 35_011), 0, "None", "the same tensor"), MemoryCase((3, 5), 1, "given")]}
 
 
 ALLOCATOR_SLACK = 1024  # bytes a call may use beyond its output: the CUDA allocator rounds a block up to 512
@@ -387,14 +399,14 @@ def _memory_budget(out_bytes: int, out_given: bool) -> int:
     return (0 if out_given else out_bytes) + ALLOCATOR_SLACK
 
 
-def _memory_call(case_shape, dtype: torch.dtype, out_given: bool, seed: int):
+def _memory_call(case_shape, dtype: torch.dtype, out_given: bool, operands: str, seed: int):
     """(x, y, alpha, out, what) of one measured call."""
     gen = seeded_generator(seed)
     x = torch.randn(case_shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
-    y = torch.randn(case_shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
+    y = x if operands == "the same tensor" else torch.randn(case_shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
     out = torch.empty_like(x) if out_given else None
     what = (f"scaled_add at shape {tuple(case_shape)} ({math.prod(case_shape):,} elements), {dtype_name(dtype)}, "
-            + ("out= given" if out_given else "out=None"))
+            + ("out= given" if out_given else "out=None") + (", y is x" if operands == "the same tensor" else ""))
     return x, y, 0.75, out, what
 
 
@@ -410,7 +422,7 @@ def _check_memory(scaled_add, group: list[tuple]) -> None:
     """group: (shape, dtype, out_given) of calls measured together, as one function (one warm-up, one meter
     run: the meter's fixed cost is paid once). Their budgets add up: each call with out=None may allocate its
     output, one with out= given nothing. When the sum is exceeded, each call is measured alone to say which."""
-    calls = [_memory_call(shape, dtype, out_given, seed=1234 + i) for i, (shape, dtype, out_given) in enumerate(group)]
+    calls = [_memory_call(*one, seed=1234 + i) for i, one in enumerate(group)]
     results, report = _measure(scaled_add, calls)
     budget, outputs = 0, 0
     for (x, _, _, out, what), got in zip(calls, results):
@@ -443,13 +455,19 @@ def _check_memory(scaled_add, group: list[tuple]) -> None:
                           "scratch cached in a global is memory the caller can never free)")
     if report.meter != LIVE_TENSORS:  # only the live-tensor meter records the ops the call dispatched
         _, report = _measure(scaled_add, calls, meter=LIVE_TENSORS, warmup=False)
-    expect_no_torch_arithmetic(report.ops, names, "the sum must be computed by your Triton kernel")
+    try:
+        expect_no_torch_arithmetic(report.ops, names, "the sum must be computed by your Triton kernel")
+    except CheckFailed:
+        if len(calls) > 1:  # which call: each alone raises its own message
+            for one in group:
+                _check_memory(scaled_add, [one])
+        raise
 
 
 def check_scaled_add_memory(scaled_add, cases: str = "visible") -> None:
     visible, hidden = check_cases(cases)
     for which in ("visible",) * visible + ("hidden",) * hidden:
-        _check_memory(scaled_add, [(case.shape, case.dtype(), case.out == "given")
+        _check_memory(scaled_add, [(case.shape, case.dtype(), case.out == "given", case.operands)
                                    for case in _plan(_memory_cases(), which)])
 
 
@@ -513,7 +531,8 @@ AXES = {
                             "arguments": ("valid",) + INVALID_KINDS,
                             "call": ("first of its shape and dtype", "same shape and dtype again")},
     "scaled_add_memory": {"dtype": tuple(dtype_name(d) for d in memfit.profile().dtypes), "out": ("None", "given"),
-                          "rank": (1, 2), "block_fit": ("a partial last block",), "kept": ("after the call",)},
+                          "rank": (1, 2), "block_fit": ("a partial last block",), "kept": ("after the call",),
+                          "operands": ("separate tensors", "the same tensor"), "size": ("less than one block", "many blocks")},
     "scaled_add_gpu": {"dtype": tuple(dtype_name(d) for d in memfit.profile().dtypes), "rank": (1, 2),
                        "block_fit": ("a partial last block",), "out": ("given", "None"),
                        "memory": ("out=None", "out= given", "kept after the call")},

@@ -116,7 +116,26 @@ def assert_close_by_rule(got: torch.Tensor, exact: torch.Tensor, torch_same_dtyp
                           "computed as NaN (an exp that overflowed, -inf minus -inf)")
     if got64.numel() == 0:
         return
-    torch_err = (torch_same_dtype.detach().to(torch.float64).flatten() - exact64).abs().max().item()
+    same64 = torch_same_dtype.detach().to(torch.float64).flatten()
+    special = ~torch.isfinite(exact64)  # inf and nan where IEEE arithmetic gives them (0 * inf, inf - inf, ...)
+    if special.any():
+        agree = (torch.isnan(got64) & torch.isnan(exact64)) | (got64 == exact64)
+        wrong = special & ~agree
+        if wrong.any():
+            first = int(wrong.nonzero()[0])
+            raise CheckFailed(f"{what}: {int(wrong.sum()):,} elements that IEEE arithmetic makes inf or nan differ, "
+                              f"first at {element(got, first)} (expected {exact64[first].item()}, got "
+                              f"{got64[first].item()}): compute the formula as written, with no shortcut for special "
+                              "values (0 * inf is nan)")
+        finite = ~special
+        got64, exact64, same64 = got64[finite], exact64[finite], same64[finite]
+        bound = None if bound is None else bound.flatten()[finite.to(bound.device)]
+        if got64.numel() == 0:
+            return
+        keep = finite.nonzero().flatten()  # element() names positions in the whole tensor
+    else:
+        keep = None
+    torch_err = (same64 - exact64).abs().max().item()
     scale = max(1.0, exact64.abs().max().item(), scale or 0.0)
     floor = floor_ulps * torch.finfo(got.dtype).eps * scale
     tol = 2 * torch_err + floor
@@ -124,11 +143,12 @@ def assert_close_by_rule(got: torch.Tensor, exact: torch.Tensor, torch_same_dtyp
     limit = torch.full_like(err, tol) if bound is None else torch.clamp(bound.to(err.device), min=tol)
     worst = int((err / limit).argmax())
     if err[worst].item() > limit[worst].item():
+        at = worst if keep is None else int(keep[worst])
         why = (f"2 x PyTorch's {dtype_name(got.dtype)} error {torch_err:.3g} + floor {floor:.3g}" if bound is None else
                f"the larger of 2 x PyTorch's {dtype_name(got.dtype)} error {torch_err:.3g} + floor {floor:.3g} and the "
                f"bound of any summation order there, {bound[worst].item():.3g}")
         raise CheckFailed(
-            f"{what}: max |error| {err[worst].item():.3g} at {element(got, worst)} (expected "
+            f"{what}: max |error| {err[worst].item():.3g} at {element(got, at)} (expected "
             f"{exact64[worst].item():.6g}, got {got64[worst].item():.6g}) exceeds the tolerance "
             f"{limit[worst].item():.3g} = {why}")
 

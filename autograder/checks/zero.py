@@ -32,7 +32,8 @@ TINY = "tiny"
 OPT_ARGS = dict(lr=1e-2, eps=1e-3, weight_decay=0.1)  # eps large enough that forgetting to divide by N shows
 # Synthetic cases: small parameters and a large eps make the update nearly linear in the gradient, so a gradient
 # that differs in its last bit (divided before the sum, say) moves the parameters' last bits too.
-SYN_ARGS = dict(lr=1.0, eps=10.0, weight_decay=0.1)
+# Their betas are not the default ones (OPT_ARGS's are), so betas passed and then ignored show from the second step.
+SYN_ARGS = dict(lr=1.0, betas=(0.8, 0.95), eps=10.0, weight_decay=0.1)
 REL_TOL = 1e-6  # gloo with 3+ ranks sums in another order than the reference; 2 ranks and simulated ranks: bitwise
 
 

@@ -75,7 +75,9 @@ def predict_peak(cfg, batch: int, seq: int, precision: str = "amp", optimizer: s
         grads += p * (block_weights + 2 * h)
         activations -= kept
     if cfg.tie_embeddings:
-        moment("embedding backward", grads, activations, p * V * h)
+        # the embedding's gradient arrives as a temporary and is added out of place into the head's: the old
+        # gradient (in grads), the temporary and the sum are alive at once
+        moment("embedding backward", grads, activations, 2 * p * V * h)
     else:
         grads += p * V * h
         moment("embedding backward", grads, activations, 0)

@@ -108,7 +108,7 @@ def _peak_without(cfg, batch, seq, precision="amp", optimizer="adamw", recompute
         activations -= kept
     if not no_embedding_moment:
         if cfg.tie_embeddings:
-            moment("embedding backward", grads, activations, p * V * h)
+            moment("embedding backward", grads, activations, 2 * p * V * h)
         else:
             grads += p * V * h
             moment("embedding backward", grads, activations, 0)

@@ -204,6 +204,9 @@ def _predict(cfg, batch, seq, precision, optimizer, recompute, *, loss_temp=8, l
         grads = per_grad * ((L - 1 - i) * block_params + V * h + h + f * h)
         moments.append(dict(params=st["params"], grads=grads, optimizer=st["optimizer"], activations=acts,
                             temporaries=r * T * h + 3 * c * T * f, moment=f"backward of block {i}"))
+    if cfg.tie_embeddings:  # the embedding's gradient, then its sum with the head's: both alive with the old one
+        moments.append(dict(params=st["params"], grads=st["grads"], optimizer=st["optimizer"], activations=0,
+                            temporaries=2 * per_grad * V * h, moment="embedding backward"))
     if not no_optimizer_moment:
         temp = st["params"] if (optimizer == "adamw" or sgd_temp) else 0
         moments.append(dict(params=st["params"], grads=st["grads"], optimizer=st["optimizer"], activations=0,
