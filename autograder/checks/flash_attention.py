@@ -373,6 +373,7 @@ class MemCase:
     slot: int
     causal: bool
     hidden: bool = False
+    layout: str = "contiguous"  # or "transposed": (B, N, H, d) leaves seen as (B, H, N, d), as a model's heads are
 
     @property
     def dtype(self) -> torch.dtype:
@@ -383,12 +384,13 @@ class MemCase:
         return self.n * 16 if memfit.HAS_GPU else self.n
 
     def axes(self) -> dict:
-        return {"memory dtype": _name(self.dtype), "memory causal": self.causal}
+        return {"memory dtype": _name(self.dtype), "memory causal": self.causal, "memory layout": self.layout}
 
 
 # Lengths not used by the numerics cases (a cache keyed by size cannot hide), visible and hidden apart.
-MEM_CASES = [MemCase(128, 0, True), MemCase(112, 1, False), MemCase(144, 2, True),
-             MemCase(160, 1, True, True), MemCase(176, 0, False, True), MemCase(208, 2, False, True)]
+MEM_CASES = [MemCase(128, 0, True), MemCase(112, 1, False), MemCase(144, 2, True), MemCase(96, 1, True, layout="transposed"),
+             MemCase(160, 1, True, True), MemCase(176, 0, False, True), MemCase(208, 2, False, True),
+             MemCase(80, 0, False, True, "transposed")]
 
 
 def _mem_plan(cases: str) -> list[MemCase]:
@@ -788,14 +790,19 @@ def _autograd_memory(flash_attention, case: MemCase, seed: int) -> None:
     """Forward and backward measured apart: forward may keep o (its result) and the lse (4 bytes per query row)
     beyond the inputs; backward may add dq, dk, dv and delta, and leave only the gradients."""
     b, h, n, d = (1, 16, 2 * case.seq, 64) if memfit.HAS_GPU else (1, 2, 2 * case.seq, 32)
-    q, k, v = (_randn((b, h, n, d), case.dtype, 60 + seed + i).requires_grad_(True) for i in range(3))
+    transposed = case.layout == "transposed"
+    # the leaves: (B, H, N, d) tensors, or (B, N, H, d) ones whose (B, H, N, d) views flash_attention is given
+    leaves = [_randn((b, n, h, d) if transposed else (b, h, n, d), case.dtype, 60 + seed + i).requires_grad_(True)
+              for i in range(3)]
+    q, k, v = (t.transpose(1, 2) if transposed else t for t in leaves)
     do = _randn((b, h, n, d), case.dtype, 63 + seed)
     what = (f"flash_attention(B={b}, H={h}, N={n}, d={d}, {'causal' if case.causal else 'not causal'}, "
-            f"{_name(case.dtype)})")
+            f"{_name(case.dtype)}{', q, k, v transposed (B, N, H, d) views' if transposed else ''})")
     tensor, rows = q.numel() * q.element_size(), b * h * n * 4
+    copies = 3 * tensor if transposed else 0  # the given heads_contiguous copies q, k, v for the kernels
     out, report = measure_peak(lambda: call_learner(flash_attention, q, k, v, case.causal, what=what + " forward"),
                                device=memfit.DEVICE, warmup=False)
-    budget = math.ceil(1.05 * (tensor + rows))
+    budget = math.ceil(1.05 * (tensor + rows + copies))
     if report.peak_bytes > budget:
         raise CheckFailed(f"{what} forward: peak extra memory {format_bytes(report.peak_bytes)} exceeds o and lse "
                           f"({format_bytes(budget)} with 5%); naive attention would keep "
@@ -808,10 +815,10 @@ def _autograd_memory(flash_attention, case: MemCase, seed: int) -> None:
 
     def backward():
         call_learner(out.backward, do, what=what + " backward")
-        return q.grad, k.grad, v.grad
+        return tuple(t.grad for t in leaves)
 
     _, report = measure_peak(backward, device=memfit.DEVICE, warmup=False)
-    budget = math.ceil(1.05 * (3 * tensor + rows))
+    budget = math.ceil(1.05 * (3 * tensor + rows + copies))
     if report.peak_bytes > budget:
         raise CheckFailed(
             f"{what} backward: peak extra memory {format_bytes(report.peak_bytes)} exceeds dq, dk, dv and delta "
@@ -819,7 +826,7 @@ def _autograd_memory(flash_attention, case: MemCase, seed: int) -> None:
             "for P alone: recompute P tile by tile in the kernels, from q, k, v, o and lse")
     _check_kept(report, 0, what + " backward", "q.grad, k.grad and v.grad")
     if report.meter != LIVE_TENSORS:  # on a GPU: once more, forward + backward, under the live-tensor meter
-        for t in (q, k, v):
+        for t in leaves:
             t.grad = None
         out = call_learner(flash_attention, q, k, v, case.causal, what=what + " forward")
         _, report = measure_peak(backward, device=memfit.DEVICE, warmup=False, meter=LIVE_TENSORS)
@@ -863,7 +870,7 @@ _SHAPE_AXES = {"causal": (False, True), "layout": ("contiguous", "transposed"),
                "head_dim": ("a power of two <= 64", "128", "not a power of two (BLOCK_D > d)"),
                "batch x heads": ("1", "several"), "logits": ("moderate", "large")}
 _TILE_AXES = {"kernel tiles": ("this machine's", "the interpreter's (BLOCK_M != BLOCK_N)")}
-_MEM_AXES = {"memory dtype": None, "memory causal": (False, True)}
+_MEM_AXES = {"memory dtype": None, "memory causal": (False, True), "memory layout": ("contiguous", "transposed")}
 _DO_AXES = {"dO": ("random", "aligned with o (large delta)")}
 
 

@@ -589,7 +589,11 @@ FUSED_MEMORY = [Case(530, 32, 500, ignored=0.1, chunks=None, dtype="float32"),
                 Case(32, 64, 1000, chunks=(16, 512), fp32_dw=True, dtype=DTYPE_NAMES[1]),
                 Case(40, 32, 900, ignored=0.1, chunks=None, dtype=DTYPE_NAMES[1], hidden=True),
                 Case(24, 48, 1100, ignore_index=-1, ignored=0.2, chunks=(16, 384), dtype="float32", hidden=True),
-                Case(24, 48, 1100, chunks=(16, 384), fp32_dw=True, dtype=DTYPE_NAMES[1], hidden=True)]
+                Case(24, 48, 1100, chunks=(16, 384), fp32_dw=True, dtype=DTYPE_NAMES[1], hidden=True),
+                # many row chunks of a narrow vocabulary: dX's accumulator is one chunk's (C x H in fp32), so one
+                # for every token (N x H in fp32) shows above the scratch allowance
+                Case(256, 256, 200, chunks=(16, 128), dtype=DTYPE_NAMES[1]),
+                Case(300, 192, 260, ignored=0.1, chunks=(16, 128), dtype="float32", hidden=True)]
 if len(DTYPES) > 2:
     FUSED_MEMORY += [Case(40, 64, 1000, chunks=(16, 512), dtype=DTYPE_NAMES[2]),
                      Case(24, 48, 1200, chunks=(16, 384), dtype=DTYPE_NAMES[2], hidden=True)]

@@ -65,6 +65,8 @@ def _make(shape, dtype, seed: int, scale: float, layout: str = "contiguous") -> 
         return _randn(shape[:-1] + (shape[-1] + 3,), dtype, seed, scale=scale)[..., :shape[-1]]
     if layout == "every other row":
         return _randn((2 * shape[0],) + shape[1:], dtype, seed, scale=scale)[::2]
+    if layout == "every other row, column slice":  # at rank 3 no (rows, h) view exists: reshape must copy
+        return _randn((2 * shape[0],) + shape[1:-1] + (shape[-1] + 3,), dtype, seed, scale=scale)[::2, ..., :shape[-1]]
     if layout == "transposed":  # the last two dims swapped: no gaps, but not row-major
         return _randn(shape[:-2] + shape[-2:][::-1], dtype, seed, scale=scale).transpose(-1, -2)
     raise ValueError(layout)
@@ -98,7 +100,7 @@ def _check_memory(fn, what: str, budget: int, budget_text: str, hint: str, resul
 # --------------------------------------------------------------------------------------------- pow4
 
 POW4_BLOCK = memfit.config("pow4")["BLOCK"]
-LAYOUTS = ("contiguous", "column slice", "every other row")
+LAYOUTS = ("contiguous", "column slice", "every other row", "every other row, column slice")
 
 
 def _n_vs_block(n: int, block: int) -> str:
@@ -307,6 +309,7 @@ RMS_CASES = [
     RmsCase((1, 4096), True, magnitude="large"), RmsCase((37, 1000), True, "column slice"),
     RmsCase((64, 257), True, magnitude="small", eps=1e-2), RmsCase((5, 3000), True, "every other row", "large"),
     RmsCase((2, 7, 64), True, "every other row", "small", 1e-2), RmsCase((1, 1), True), RmsCase((515,), True),
+    RmsCase((3, 4, 128), False, "every other row, column slice"), RmsCase((2, 5, 77), True, "every other row, column slice"),
 ]
 
 
@@ -416,6 +419,7 @@ class RmsBackwardCase:
     magnitude: str = "normal"
     dy_layout: str | None = None  # dy's own layout (the text lets dy and x be strided apart); None: x's
     eps: float = EPS  # the eps the forward's rstd was computed with: the backward must use rstd, not recompute it
+    weight: str = "x's dtype"  # or "fp32": a mixed-precision model's fp32 weight beside 16-bit activations
     signs: str = "mixed"  # "cancelling": x near 1 and dy near +-1 by row, so dw is a sum of near-opposite terms:
     # a small sum of large terms, where a 16-bit partial sum (or a product rounded to 16 bits) is off by its roundoff
 
@@ -431,7 +435,7 @@ class RmsBackwardCase:
         return {"path": "numerics", "rank": len(shape), "h": _h_kind(self.h), "layout": self.layout, "dtype": DTYPE_NAMES,
                 "magnitude": self.magnitude, "rows_vs_programs": kind,
                 "dy_layout": "x's" if self.dy_layout in (None, self.layout) else "another", "eps": self.eps,
-                "signs": self.signs}
+                "signs": self.signs, "weight": self.weight}
 
 
 RMS_BACKWARD_CASES = [
@@ -447,13 +451,15 @@ RMS_BACKWARD_CASES = [
     RmsBackwardCase((5,), 1, True), RmsBackwardCase((), 4096, True, magnitude="large"),
     RmsBackwardCase((2, "P"), 300, True, "column slice", "small", dy_layout="every other row", eps=0.1),
     RmsBackwardCase(("2*P+3",), 200, True, "every other row", dy_layout="column slice", signs="cancelling"),
+    RmsBackwardCase((3, "P"), 96, False, "every other row, column slice", weight="fp32"),
+    RmsBackwardCase(("P", 2), 130, True, "every other row, column slice", dy_layout="contiguous", weight="fp32"),
 ]
 
 
 def _check_rms_backward(rmsnorm_backward, case: RmsBackwardCase, dtype, seed: int) -> None:
     shape = case.shape()
     x = _make(shape, dtype, seed, MAGNITUDES[case.magnitude], case.layout)
-    w = _randn(shape[-1], dtype, seed + 100) + 1
+    w = _randn(shape[-1], torch.float32 if case.weight == "fp32" else dtype, seed + 100) + 1
     dy = _make(shape, dtype, seed + 200, 1.0, case.dy_layout or case.layout)
     if case.signs == "cancelling":  # (rank 2 cases): rows of x near 1, of dy near +1 and -1 in turn
         x.mul_(0.005).add_(1), dy.mul_(0.01).add_(1), dy[1::2].neg_()
@@ -461,7 +467,7 @@ def _check_rms_backward(rmsnorm_backward, case: RmsBackwardCase, dtype, seed: in
     values = ("x near 1, dy rows near +1 and -1 in turn, so dweight is a small sum of large terms"
               if case.signs == "cancelling" else f"|x| ~ {MAGNITUDES[case.magnitude]}")
     what = (f"rmsnorm_backward(dy ({_layout_name(dy)}), x of shape {shape} ({_layout_name(x)}, {values}), "
-            f"rstd from eps={case.eps:g}, {_name(dtype)})")
+            f"rstd from eps={case.eps:g}, {_name(dtype)}{', weight fp32' if w.dtype != dtype else ''})")
     with guarded_allocations():
         got = call_pure(rmsnorm_backward, dy, x, w, rstd, what=what)
     if not (isinstance(got, tuple) and len(got) == 2):
@@ -473,7 +479,7 @@ def _check_rms_backward(rmsnorm_backward, case: RmsBackwardCase, dtype, seed: in
         wi = w.detach().to(precision).requires_grad_(True)
         _rmsnorm_eager(xi, wi, case.eps).backward(dy.to(precision))
         target.extend([xi.grad, wi.grad] if precision == torch.float64 else
-                      [xi.grad.to(dtype), wi.grad.to(dtype)])
+                      [xi.grad.to(dtype), wi.grad.to(w.dtype)])
     # dx = rstd * (dy*w - x_hat * mean(dy*w*x_hat)): at h = 1 the two terms cancel almost exactly, so the
     # floor is relative to the first term's size, not to the tiny difference.
     terms = (dy.double() * w.double()).reshape(-1, shape[-1]) * rstd.double()[:, None]
@@ -491,7 +497,7 @@ def rmsnorm_backward_domain() -> dict:
     p = _text_programs(1)
     rows = Sizes(1, 3 * p + 2, edges=tuple(sorted({1, 2, max(1, p - 1), p, p + 1, 2 * p + 1, 3 * p + 2})))
     return {"h": _row_sizes(), "rank": Choice(1, 2, 3), "rows": rows, "layout": Choice(*LAYOUTS),
-            "dy_layout": Choice(*LAYOUTS), "dtype": Choice(*DTYPE_NAMES),
+            "dy_layout": Choice(*LAYOUTS), "dtype": Choice(*DTYPE_NAMES), "weight": Choice("x's dtype", "fp32"),
             "magnitude": Choice("normal", "large", "small"), "eps": Choice(EPS, 1e-2, 1e-6, 0.1)}
 
 
@@ -523,7 +529,7 @@ def check_rmsnorm_backward(rmsnorm_forward, rmsnorm_backward, cases: str = "visi
             _strided_rows_only(drawn["rank"], drawn["dy_layout"])
             lead = _shape(drawn["rank"], drawn["rows"], 0)[:-1]  # rank 2: (rows,); rank 3: (rows, 2)
             case = RmsBackwardCase(lead, drawn["h"], True, drawn["layout"], drawn["magnitude"], drawn["dy_layout"],
-                                   drawn["eps"])
+                                   drawn["eps"], drawn["weight"])
             _check_rms_backward(rmsnorm_backward, case, BY_NAME[drawn["dtype"]], drawn["seed"])
         grade_drawn(rmsnorm_backward_domain(), "rmsnorm_backward", DRAWN_RMSNORM_BACKWARD_CASES, check_one)
 
@@ -683,6 +689,28 @@ class GptCase:
 GPT_CASES = [GptCase("tiny", False), GptCase("tiny-mha", True)]
 
 
+def _swapped(use_fused_kernels, model, name: str):
+    """use_fused_kernels(model), as its docstring says: the model it is given, changed in place (the notebook keeps
+    using trainer.model), the same parameter objects (an optimizer made before holds them), no eager module left."""
+    from memfit.gpt import RMSNorm, SwiGLU
+    before = list(model.parameters())
+    fused = call_learner(use_fused_kernels, model, what=f"use_fused_kernels({name} model)")
+    if fused is not model:
+        raise CheckFailed(f"use_fused_kernels({name} model) should swap the modules of the model it is given, in place, "
+                          f"and return that model; it returned {'another' if isinstance(fused, torch.nn.Module) else 'a'} "
+                          f"{type(fused).__name__}")
+    after = list(model.parameters())
+    if len(after) != len(before) or any(a is not b for a, b in zip(before, after)):
+        raise CheckFailed(f"use_fused_kernels({name} model): the model's parameters are not the objects they were "
+                          "before: swap each module's class and keep its weights, so an optimizer made before still "
+                          "updates them")
+    kinds = [type(m) for m in model.modules()]
+    if RMSNorm in kinds or SwiGLU in kinds:
+        raise CheckFailed(f"{name}: after use_fused_kernels the model still has eager "
+                          f"{'RMSNorm' if RMSNorm in kinds else 'SwiGLU'} modules")
+    return fused
+
+
 def check_fused_gpt(use_fused_kernels, cases: str = "visible") -> dict:
     """The learner's fused GPT (with the learner's kernels: this check grades them working together in training)
     against eager PyTorch: one step's gradients, parameter by parameter, with norm weights that are not all ones
@@ -701,13 +729,9 @@ def check_fused_gpt(use_fused_kernels, cases: str = "visible") -> dict:
             for module in eager.modules():
                 if isinstance(module, RMSNorm):
                     module.weight.copy_(1 + 0.5 * torch.randn(module.weight.shape, generator=gen))
-        fused = call_learner(use_fused_kernels, copy.deepcopy(eager), what="use_fused_kernels(model)")
-        if not isinstance(fused, torch.nn.Module):
-            raise CheckFailed(f"use_fused_kernels should return the model, got {type(fused).__name__}")
-        kinds = [type(m) for m in fused.modules()]
-        if RMSNorm in kinds or SwiGLU in kinds:
-            raise CheckFailed(f"course-{name}: after use_fused_kernels the model still has eager "
-                              f"{'RMSNorm' if RMSNorm in kinds else 'SwiGLU'} modules")
+        fused = _swapped(use_fused_kernels, copy.deepcopy(eager), f"course-{name}")
+        # and a Gemma-2 block, whose post-norms are RMSNorms too (swapped only: no step)
+        _swapped(use_fused_kernels, GPT(cfg.scaled(post_norms=True)).to(memfit.DEVICE), f"course-{name} with post_norms")
         # Gradients of one step, parameter by parameter.
         idx, targets = random_batch(cfg, 2, 16, memfit.DEVICE, seed=99)
         eager(idx, targets).backward()
@@ -776,26 +800,34 @@ class SavingsCase:
 
     def axes(self) -> dict:
         return {"dtype": _name(self.dtype), "batch": "1" if self.batch == 1 else "several",
-                "config": "GQA, untied" if self.config == "tiny" else "MHA, tied"}
+                "config": "GQA, untied" if self.config.startswith("tiny+") or self.config == "tiny" else "MHA, tied",
+                "norms per layer": "four (post_norms)" if self.config.endswith("+post_norms") else "two"}
+
+
+def _savings_config(name: str):
+    """A course config by name; "+post_norms": with Gemma-2's norms after attention and the MLP (four a layer)."""
+    from memfit.gpt import COURSE_CONFIGS
+    base, _, option = name.partition("+")
+    return COURSE_CONFIGS[base].scaled(post_norms=True) if option == "post_norms" else COURSE_CONFIGS[base]
 
 
 SAVINGS_CASES = (
     [SavingsCase("tiny" if i % 2 == 0 else "tiny-mha", 2 if i % 2 == 0 else 1, 16 - i, d, False)
      for i, d in enumerate(DTYPES)]
     + [SavingsCase("tiny-mha" if i % 2 == 0 else "tiny", 1 if i % 2 == 0 else 3, 20 + 13 * i, d, True)
-       for i, d in enumerate(DTYPES)])
+       for i, d in enumerate(DTYPES)]
+    + [SavingsCase("tiny+post_norms", 2, 12, DTYPES[0], False), SavingsCase("tiny-mha+post_norms", 1, 18, DTYPES[-1], True)])
 
 
 def check_fusion_savings(fusion_savings_per_layer, use_fused_kernels, cases: str = "visible") -> None:
     """The learner's formula against the bytes the memory meter sees fusion save in a forward pass. The savings
     are measured with the reference use_fused_kernels and kernels, not the learner's: this check grades the
     formula alone, so a broken fused GPT loses fused_gpt's points and not these too."""
-    from memfit.gpt import COURSE_CONFIGS
     for case in _plan(SAVINGS_CASES, cases):
-        cfg = COURSE_CONFIGS[case.config]
+        cfg = _savings_config(case.config)
         want = measured_savings(cfg, case.batch, case.seq, case.dtype, reference.use_fused_kernels)
         nbytes = torch.empty((), dtype=case.dtype).element_size()
-        what = (f"fusion_savings_per_layer(course-{case.config}, batch={case.batch}, seq={case.seq}, "
+        what = (f"fusion_savings_per_layer(course-{case.config.replace('+', ' with ')}, batch={case.batch}, seq={case.seq}, "
                 f"dtype_bytes={nbytes})")
         got = call_learner(fusion_savings_per_layer, cfg, case.batch, case.seq, nbytes, what=what)
         if got != want:
@@ -819,12 +851,14 @@ AXES = {
                          "dtype": DTYPE_NAMES, "magnitude": ("normal", "large"),
                          "rows_vs_programs": ("fewer rows than programs", "a multiple of the programs",
                                               "not a multiple of the programs"),
-                         "dy_layout": ("x's", "another"), "eps": (EPS, 1e-2, 0.1), "signs": ("mixed", "cancelling")},
+                         "dy_layout": ("x's", "another"), "eps": (EPS, 1e-2, 0.1), "signs": ("mixed", "cancelling"),
+                         "weight": ("x's dtype", "fp32")},
     "swiglu": {"path": ("numerics", "memory"), "rank": (1, 2, 3),
                "f_vs_block": ("less than one block", "whole blocks", "a partial last block"), "operands": OPERANDS,
                "dtype": DTYPE_NAMES, "magnitude": ("normal", "large")},
     "fused_gpt": {"norm_weights": ("not ones",), "measured": ("gradients", "loss curve", "activations kept")},
-    "fusion_savings": {"dtype": DTYPE_NAMES, "batch": ("1", "several"), "config": ("GQA, untied", "MHA, tied")},
+    "fusion_savings": {"dtype": DTYPE_NAMES, "batch": ("1", "several"), "config": ("GQA, untied", "MHA, tied"),
+                       "norms per layer": ("two", "four (post_norms)")},
 }
 
 _RECORDS = {"pow4_numerics": (POW4_CASES,), "pow4_memory": (POW4_MEMORY_CASES,),

@@ -644,12 +644,13 @@ def use_fused_kernels_rstd_xdtype(model: torch.nn.Module) -> torch.nn.Module:
 def fusion_savings_per_layer_reference_like(cfg, batch: int, seq: int, dtype_bytes: int) -> int:
     tokens = batch * seq
     norm = tokens * (cfg.d_model * dtype_bytes + dtype_bytes) - tokens * 4  # x_hat and r, minus fp32 rstd
-    return 2 * norm + tokens * cfg.ffn_hidden * dtype_bytes
+    return (4 if cfg.post_norms else 2) * norm + tokens * cfg.ffn_hidden * dtype_bytes
 
 
 def fusion_savings_factored(cfg, batch: int, seq: int, dtype_bytes: int) -> int:
-    """RIGHT: the same count, per token first: ((2h + f + 2) * bytes - 8) per token."""
-    per_token = (2 * cfg.d_model + cfg.ffn_hidden + 2) * dtype_bytes - 2 * 4
+    """RIGHT: the same count, per token first: ((n h + f + n) * bytes - 4 n) per token, n norms a layer."""
+    n = 4 if cfg.post_norms else 2
+    per_token = (n * cfg.d_model + cfg.ffn_hidden + n) * dtype_bytes - n * 4
     return batch * seq * per_token
 
 
