@@ -400,7 +400,7 @@ def _memory_budget(out_bytes: int, out_given: bool) -> int:
 
 
 def _memory_call(case_shape, dtype: torch.dtype, out_given: bool, operands: str, seed: int):
-    """(x, y, alpha, out, what) of one measured call."""
+    """(x, y, alpha, out, what) of one measured call; operands "the same tensor": y is x."""
     gen = seeded_generator(seed)
     x = torch.randn(case_shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
     y = x if operands == "the same tensor" else torch.randn(case_shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
@@ -513,7 +513,7 @@ def check_scaled_add_gpu(scaled_add, cases: str = "visible") -> None:
         _check_one(scaled_add, x, y, alpha, _describe(case.shape, dtype, alpha))
         del x, y
         fresh = case.shape[:-1] + (case.shape[-1] + 1,)  # a shape the numerics did not use: a cache would show
-        _check_memory(scaled_add, [(fresh, dtype, False), (fresh, dtype, True)])
+        _check_memory(scaled_add, [(fresh, dtype, False, "separate tensors"), (fresh, dtype, True, "separate tensors")])
     print(f"scaled_add: GPU checks passed ({', '.join(dtype_name(c.dtype()) for c in plan)}, "
           f"shapes {', '.join(str(c.shape) for c in plan)})")
 
