@@ -171,6 +171,20 @@ def check_cases(cases: str) -> tuple[bool, bool]:
     return cases in ("visible", "all"), cases in ("hidden", "all")
 
 
+def select(records, cases: str) -> list:
+    """The case records `cases` runs, in their order: every check module plans its cases through this one function.
+    `records`: {"visible": [...], "hidden": [...]}, or records with a `hidden` flag (None: run by either part, once),
+    and optionally `gpu_only` / `cpu_only` (run on that kind of machine only)."""
+    visible, hidden = check_cases(cases)
+    if isinstance(records, dict):
+        return (list(records["visible"]) if visible else []) + (list(records["hidden"]) if hidden else [])
+    runs = {False: visible, True: hidden, None: visible or hidden}
+    import memfit  # (imported by every check module already: here only for HAS_GPU)
+    gpu = memfit.HAS_GPU
+    return [r for r in records if runs[r.hidden] and (gpu or not getattr(r, "gpu_only", False))
+            and not (gpu and getattr(r, "cpu_only", False))]
+
+
 def checks_for(lesson: str) -> list[Check]:
     """The CHECKS list of a lesson; LookupError names the lesson when it has none."""
     try:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 import memfit
 from memfit.from_lessons import fused_linear_ce as reference  # imported before the grading child's guards go up
-from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error,
+from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, check_cases, select, expect_value_error,
                                given_references)
 from autograder.checks.domain import Choice, Sizes, grade_drawn
 from autograder.checks.numerics import (assert_close_by_rule, call_pure, expect_like, guarded_allocations,
@@ -132,9 +132,8 @@ def _plan(records, cases: str):
     """[(index, record, dtype)] of the records `cases` selects; dtypes cycle within the visible and hidden sets."""
     visible, hidden = check_cases(cases)
     out = []
-    for which in ([False] if visible else []) + ([True] if hidden else []):
-        chosen = [r for r in records if r.hidden == which]
-        out += [(i, r, r.dtype_at(i)) for i, r in enumerate(chosen)]
+    for part in ("visible",) * visible + ("hidden",) * hidden:
+        out += [(i, r, r.dtype_at(i)) for i, r in enumerate(select(records, part))]
     return out
 
 

@@ -36,7 +36,7 @@ import torch
 import memfit
 import memfit.from_lessons.quantization as lesson  # the reference: imported before the grading child's guards
 import triton.language as tl  # the fused optimizer's dtypes, for its compile spec
-from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, check_cases, expect_value_error,
+from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, check_cases, select, expect_value_error,
                                given_references)
 from autograder.checks.numerics import assert_close_by_rule, expect_like, expect_no_torch_arithmetic, seeded_generator
 from autograder.checks.numerics import call_pure, dtype_name as _name, guarded_allocations, overlaps
@@ -64,12 +64,7 @@ def _given():
     return lesson
 
 
-def _plan(records, cases: str) -> list:
-    """The records `cases` runs: the visible ones, the hidden ones, or both ("all"); GPU-only records on a GPU."""
-    visible, hidden = check_cases(cases)
-    runs = {False: visible, True: hidden, None: visible or hidden}  # hidden=None: a case both parts run (once)
-    return [r for r in records if runs[r.hidden] and (memfit.HAS_GPU or not r.gpu_only)
-            and not (memfit.HAS_GPU and getattr(r, "cpu_only", False))]
+_plan = select  # (autograder/checks/__init__.py: one planner for every check module)
 
 
 def _n_vs_block(n: int, block: int = QK) -> str:
