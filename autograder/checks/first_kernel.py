@@ -218,6 +218,14 @@ def _describe(case_shape, dtype, alpha: float, operands: str = "separate tensors
 def _check_one(scaled_add, x, y, alpha: float, what: str, earlier: dict | None = None) -> None:
     """out= (a NaN-filled tensor with guard regions on both sides), then out=None (every tensor the learner
     allocates guarded); inputs unchanged, the result a new tensor, nothing read or written out of bounds."""
+    specials = not (torch.isfinite(x).all() and torch.isfinite(y).all())
+    # inf and nan on purpose: Triton's interpreter computes with NumPy, whose "invalid value" warnings would reach
+    # stderr, and nbgrader gives a cell that writes to stderr no points
+    with np.errstate(all="ignore") if specials else contextlib.nullcontext():
+        _check_one_call(scaled_add, x, y, alpha, what, earlier)
+
+
+def _check_one_call(scaled_add, x, y, alpha: float, what: str, earlier: dict | None) -> None:
     exact = x.double() + alpha * y.double()
     torch_same = x + alpha * y
     # Any right order in the working dtype (alpha rounded to it, the product rounded, the sum rounded) is within
