@@ -174,7 +174,9 @@ CELL_FILENAME = re.compile(r"^<.+\.ipynb cell \d+>$")  # the file name of code c
 def compile_cell(source: str, path: Path, index: int):
     """Compile one cell's code under a name that tracebacks show. Triton's @jit reads a kernel's source
     back through linecache, as it does in Jupyter, so the source is registered there."""
-    filename = f"<{Path(path).name} cell {index}>"
+    # the folder too: Triton's interpreter reads a kernel's source back by this name when it first runs it, so a
+    # lesson's stub and its solution (or two students' notebooks) loaded in one process must not share names
+    filename = f"<{Path(path).parent.name}/{Path(path).name} cell {index}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     return compile(source, filename, "exec")
 
