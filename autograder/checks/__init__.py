@@ -16,6 +16,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from autograder.answers import handed_to_graded_code
 from autograder.checks import contracts, gpu_compile, host_memory  # (imported before any notebook runs: it reads the solutions' signatures)
 from course.lessons import checks_module, topic
@@ -112,7 +114,9 @@ def call_learner(fn: Callable, *args, what: str | None = None, **kwargs):
     a memory meter, no more host arrays than autograder/checks/host_memory.py allows."""
     what = what or f"{getattr(fn, '__name__', 'your function')}(...)"
     try:
-        with numerics.loads_in_bounds(what), contracts.host_boundary(args, kwargs):
+        # np.errstate: Triton's interpreter computes with NumPy, whose floating warnings (0 * inf, overflow) a GPU
+        # never prints; on stderr they would cost a check cell its points under nbgrader
+        with np.errstate(all="ignore"), numerics.loads_in_bounds(what), contracts.host_boundary(args, kwargs):
             decoys = contracts.run_decoys(fn, args, kwargs, _release)  # (autograder/checks/contracts.py: why)
             with host_memory.host_peak(what, _fail):  # under a memory meter: no tensor-sized work in NumPy
                 result = fn(*args, **kwargs)
