@@ -29,6 +29,7 @@ import memfit
 import memfit.from_lessons.kernel_fusion as reference  # noqa: F401  (imported before the grading guards go up)
 from autograder.checks import Check, CheckFailed, KernelSpec, NotImplementedYet, call_learner, check_cases, select
 from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
+from autograder.checks.launches import differs_in_another_order, launched_warps
 from autograder.checks.numerics import (allocated_bytes, assert_close_by_rule, call_pure, check_guards, expect_like,
                                         expect_no_torch_arithmetic, guarded_allocations, guarded_empty,
                                         seeded_generator, drawn, summation_bound)
@@ -338,10 +339,17 @@ def _check_rms_forward(rmsnorm_forward, case: RmsCase, dtype, seed: int) -> None
     x, w = _rms_inputs(case, dtype, seed)
     what = (f"rmsnorm_forward(x of shape {case.shape} ({_layout_name(x)}, |x| ~ {MAGNITUDES[case.magnitude]}"
             f"), eps={case.eps:g}, {_name(dtype)})")
-    with guarded_allocations():
+    with guarded_allocations(), launched_warps() as launches:
         got = call_pure(rmsnorm_forward, x, w, case.eps, what=what)
     if not (isinstance(got, tuple) and len(got) == 2):
         raise CheckFailed(f"{what} should return (y, rstd), got {type(got).__name__}")
+    for kernel, used, block in launches:  # (a kernel that walks the row in smaller blocks: warps for its block)
+        block = block or 1 << max(0, (x.shape[-1] - 1).bit_length())
+        if used != _text_warps(block):
+            raise CheckFailed(f"{what} launched {kernel} with num_warps={used}; the text asks for "
+                              f"{_text_warps(block)} for a block of {block} columns (4 up to 2048, 8 up to 8192, 16 "
+                              "beyond): too many warps for a short row leave threads idle, too few for a long one run "
+                              "out of registers")
     y, rstd = got
     rows = x.numel() // x.shape[-1]
     eager = lambda x_, w_: _rmsnorm_eager(x_, w_, case.eps)  # noqa: E731
@@ -402,9 +410,13 @@ def _text_programs(h: int) -> int:
     """The programs Exercise 3's text asks for: 16 / num_warps per SM (at least one), 4 on a CPU."""
     if torch.device(memfit.DEVICE).type != "cuda":
         return 4
+    return torch.cuda.get_device_properties(memfit.DEVICE).multi_processor_count * max(1, 16 // _text_warps(h))
+
+
+def _text_warps(h: int) -> int:
+    """The num_warps Exercise 2's text asks for a row of h: 4 up to a 2048-column block, 8 up to 8192, 16 beyond."""
     block = 1 << max(0, (h - 1).bit_length())
-    warps = 4 if block <= 2048 else 8 if block <= 8192 else 16
-    return torch.cuda.get_device_properties(memfit.DEVICE).multi_processor_count * max(1, 16 // warps)
+    return 4 if block <= 2048 else 8 if block <= 8192 else 16
 
 
 @dataclass(frozen=True)
@@ -481,11 +493,19 @@ def _check_rms_backward(rmsnorm_backward, case: RmsBackwardCase, dtype, seed: in
     # floor is relative to the first term's size, not to the tiny difference.
     terms = (dy.double() * w.double()).reshape(-1, shape[-1]) * rstd.double()[:, None]
     assert_close_by_rule(dx, exact[0], same[0], what + ", dx", scale=terms.abs().max().item())
-    # dweight sums one product per row: any order of that sum keeps its points (atomic adds per program too)
+    # dweight sums one product per row: any fixed order of that sum keeps its points (the same bits on every run)
     rows = terms.shape[0]
     products = (dy.double() * x.double()).reshape(-1, shape[-1]) * rstd.double()[:, None]
     bound = summation_bound(products.abs().sum(0), rows + 2, torch.float32)
     assert_close_by_rule(dw, exact[1], same[1], what + ", dweight (summed over all rows in fp32)", bound=bound)
+    changed = differs_in_another_order(lambda *a: call_pure(rmsnorm_backward, *a, what=what), (dy, x, w, rstd),
+                                       (dx, dw), ("dx", "dweight"))
+    if changed:
+        raise CheckFailed(f"{what}: called again with the same inputs, its programs run in another order (a GPU runs "
+                          f"them in any order), it returned other bits for {changed}. The text asks for the same "
+                          "result on every run: each program sums its own rows into its own row of the (programs, h) "
+                          "buffer, and one .sum(0) adds those rows (atomic adds into one shared row land in a "
+                          "different order each run)")
 
 
 def rmsnorm_backward_domain() -> dict:

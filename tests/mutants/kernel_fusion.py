@@ -104,6 +104,47 @@ def rmsnorm_backward_row_per_program(dy, x, weight, rstd):  # one program per ro
     return dx.view(x.shape), partial.sum(0).to(weight.dtype)
 
 
+def rmsnorm_forward_one_warp_count(x, weight, eps=1e-5):  # num_warps=8 whatever the block: right numbers
+    h = x.shape[-1]
+    rows = x.reshape(-1, h).contiguous()
+    y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0], dtype=torch.float32, device=x.device)
+    _rmsnorm_forward_looped_kernel[(rows.shape[0],)](rows, weight, y, rstd, rows.stride(0), h, eps,
+                                                     BLOCK=triton.next_power_of_2(h), num_warps=8)
+    return y.view(x.shape), rstd
+
+
+@triton.jit
+def _rmsnorm_backward_shared_dw_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, stride, n_rows, n_cols,
+                                       rows_per_program, BLOCK: tl.constexpr):
+    """As the reference's kernel, but each program adds its rows' sum into one shared fp32 row with atomics."""
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros((BLOCK,), dtype=tl.float32)
+    start = tl.program_id(0) * rows_per_program
+    for row in range(start, tl.minimum(start + rows_per_program, n_rows)):
+        x = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + row)
+        g = w * dy
+        dx = rstd * (g - x * rstd * (tl.sum(g * x * rstd, axis=0) / n_cols))
+        tl.store(dx_ptr + row * stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * x * rstd
+    tl.atomic_add(dw_ptr + cols, dw, mask=mask)
+
+
+def rmsnorm_backward_atomic_dw(dy, x, weight, rstd):  # right numbers, a smaller buffer; dw's bits vary run to run
+    h = x.shape[-1]
+    rows, grads = x.reshape(-1, h).contiguous(), dy.reshape(-1, h).contiguous()
+    n_rows = rows.shape[0]
+    programs = max(1, min(ref._programs(x.device, ref._row_warps(triton.next_power_of_2(h))), n_rows))
+    dx, dw = torch.empty_like(rows), torch.zeros(h, dtype=torch.float32, device=x.device)
+    _rmsnorm_backward_shared_dw_kernel[(programs,)](grads, rows, weight, rstd, dx, dw, rows.stride(0), n_rows, h,
+                                                    triton.cdiv(n_rows, programs), BLOCK=triton.next_power_of_2(h),
+                                                    num_warps=ref._row_warps(triton.next_power_of_2(h)))
+    return dx.view(x.shape), dw.to(weight.dtype)
+
+
 def rmsnorm_backward_two_programs(dy, x, weight, rstd):  # right: fewer programs than the text's, longer runs each
     h = x.shape[-1]
     rows, grads = x.reshape(-1, h).contiguous(), dy.reshape(-1, h).contiguous()
