@@ -138,6 +138,111 @@ def computed_lower(function: str) -> Option:
                   _graded_kinds())
 
 
+# Axes of the whole call, not of one parameter: kind(arguments) and other(arguments) -> the arguments to answer with.
+LAYOUT = "<the inputs' strides>"  # the first strided tensor read as if it were contiguous from its first element
+APART = "<each input's own strides>"  # tensors of one shape all read with the first one's strides
+RANK = "<the inputs' rank>"  # the tensors of the first one's shape flattened to 2-D (rows, last dim)
+MIXED = "<each input's own dtype>"  # floating-point tensors of another dtype than the first one's cast to it
+WHOLE_CALL = (LAYOUT, APART, RANK, MIXED)
+
+
+def _tensors(arguments: dict) -> list[tuple[str, torch.Tensor]]:
+    return [(k, v) for k, v in arguments.items() if isinstance(v, torch.Tensor) and k != "out"]
+
+
+def _restrided(t: torch.Tensor, stride: tuple) -> torch.Tensor | None:
+    """t's storage read from t's first element with other strides; None where that reads past the storage."""
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, stride)) if t.numel() else 0
+    if t.storage_offset() + span > t.untyped_storage().nbytes() // t.element_size():
+        return None
+    return t.as_strided(t.shape, stride, t.storage_offset())
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _layout_kind(arguments: dict) -> str | None:
+    return "strided" if any(not t.is_contiguous() for _, t in _tensors(arguments)) else None
+
+
+def _layout_other(arguments: dict, _=None):
+    """The first strided input read as if contiguous; the others as given (reading every one that way can keep the
+    answer: x and targets permuted alike still pair up, and a loss summed over tokens does not see the order)."""
+    name, t = next((k, t) for k, t in _tensors(arguments) if not t.is_contiguous())
+    read = _restrided(t, _contiguous_strides(t.shape))
+    return NO_OTHER if read is None else {name: read}
+
+
+def _same_shape(arguments: dict) -> list[tuple[str, torch.Tensor]]:
+    tensors = [(k, t) for k, t in _tensors(arguments) if t.dim() >= 2]
+    return [(k, t) for k, t in tensors if tensors and t.shape == tensors[0][1].shape]
+
+
+def _apart_kind(arguments: dict) -> str | None:
+    return "apart" if len({t.stride() for _, t in _same_shape(arguments)}) > 1 else None
+
+
+def _apart_other(arguments: dict, _=None):
+    group = _same_shape(arguments)
+    changed = {}
+    for name, t in group[1:]:
+        if t.stride() != group[0][1].stride():
+            read = _restrided(t, group[0][1].stride())
+            if read is None:
+                return NO_OTHER
+            changed[name] = read
+    return changed
+
+
+def _rank_kind(arguments: dict) -> str | None:
+    tensors = _tensors(arguments)
+    return f"rank {tensors[0][1].dim()}" if tensors and tensors[0][1].dim() != 2 else None
+
+
+def _rank_other(arguments: dict, _=None):
+    first = _tensors(arguments)[0][1]
+    return {k: t.reshape(-1, first.shape[-1]) if first.dim() else t.reshape(1, 1)
+            for k, t in _tensors(arguments) if t.shape == first.shape}
+
+
+def _floats(arguments: dict) -> list[tuple[str, torch.Tensor]]:
+    return [(k, t) for k, t in _tensors(arguments) if t.is_floating_point()]
+
+
+def _mixed_kind(arguments: dict) -> str | None:
+    return "mixed" if len({t.dtype for _, t in _floats(arguments)}) > 1 else None
+
+
+def _mixed_other(arguments: dict, _=None):
+    first = _floats(arguments)[0][1].dtype
+    return {k: t.to(first) for k, t in _floats(arguments) if t.dtype != first}
+
+
+def read_contiguous(function: str, kinds=("strided",)) -> Option:
+    """The layout axis: every strided input read as if contiguous (a kernel that ignores the strides it is given)."""
+    return Option(function, LAYOUT, _layout_kind, _layout_other, kinds)
+
+
+def one_stride(function: str, kinds=("apart",)) -> Option:
+    """Inputs of one shape laid out apart (dy and x, gate and up): all read with the first one's strides."""
+    return Option(function, APART, _apart_kind, _apart_other, kinds)
+
+
+def flattened(function: str, kinds=()) -> Option:
+    """The rank axis: the inputs of the first one's shape flattened to 2-D: results come back 2-D."""
+    return Option(function, RANK, _rank_kind, _rank_other, kinds)
+
+
+def one_dtype(function: str, kinds=("mixed",)) -> Option:
+    """Inputs of two dtypes (an fp32 weight beside 16-bit activations) answered as if all had the first one's."""
+    return Option(function, MIXED, _mixed_kind, _mixed_other, kinds)
+
+
 def cfg_field(field: str, other: Callable[[Any], Any]) -> tuple[Callable, Callable]:
     """(kind, other) for a field of a GPTConfig argument: the config answered as if that field held another value."""
     return (lambda cfg: f"{field}={getattr(cfg, field)!r}",
@@ -211,7 +316,8 @@ COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
     ("00_first_kernel", "scaled_add_numerics"): [
         computed_lower("scaled_add"),
         Option("scaled_add", "alpha", sign, lambda v, a: 0.5 if v == 0 else -v, kinds=("zero", "positive", "negative")),
-        Option("scaled_add", "out", given, lambda v, a: None, kinds=("given",))],
+        Option("scaled_add", "out", given, lambda v, a: None, kinds=("given",)),
+        one_stride("scaled_add"), flattened("scaled_add")],
     ("00_first_kernel", "scaled_add_memory"): [
         Option("scaled_add", "out", given, lambda v, a: None, kinds=("given",))],
     # ---------------------------------------------------------------------------------------------- 01
@@ -262,21 +368,37 @@ COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
     ("03_zero", "prefetch_timeline"): [numbers("prefetch_timeline", "prefetch", (0, 1, 2, 3))],
     # ---------------------------------------------------------------------------------------------- 04
     ("04_kernel_fusion", "pow4_numerics"): [computed_lower("pow4"),
-                                            Option("pow4", "out", given, lambda v, a: None, kinds=("given",))],
+                                            Option("pow4", "out", given, lambda v, a: None, kinds=("given",)),
+                                            flattened("pow4")],
     ("04_kernel_fusion", "pow4_memory"): [Option("pow4", "out", given, lambda v, a: None, kinds=("given",))],
     ("04_kernel_fusion", "rmsnorm_forward"): [computed_lower("rmsnorm_forward"),
-                                              Option("rmsnorm_forward", "eps", itself, scaled(10.0))],
+                                              Option("rmsnorm_forward", "eps", itself, scaled(10.0)),
+                                              read_contiguous("rmsnorm_forward"), flattened("rmsnorm_forward")],
     ("04_kernel_fusion", "rmsnorm_backward"): [computed_lower("rmsnorm_backward"),
-                                               Option("rmsnorm_forward", "eps", itself, scaled(10.0))],
+                                               Option("rmsnorm_forward", "eps", itself, scaled(10.0)),
+                                               read_contiguous("rmsnorm_backward"), one_stride("rmsnorm_backward"),
+                                               flattened("rmsnorm_backward"), one_dtype("rmsnorm_backward")],
+    ("04_kernel_fusion", "fusion_savings"): [
+        numbers("fusion_savings_per_layer", "dtype_bytes", (2, 4, 1), lambda v: f"{v}-byte"),
+        Option("fusion_savings_per_layer", "cfg", *cfg_field("post_norms", lambda v: not v),
+               kinds=("post_norms=True", "post_norms=False"))],
     # ---------------------------------------------------------------------------------------------- 05
-    ("04_kernel_fusion", "swiglu"): [computed_lower("swiglu_forward"), computed_lower("swiglu_backward")],
-    ("05_flash_attention", "attention_tiled"): [computed_lower("attention_tiled"),
+    ("04_kernel_fusion", "swiglu"): [computed_lower("swiglu_forward"), computed_lower("swiglu_backward"),
+                                     read_contiguous("swiglu_forward"), one_stride("swiglu_forward"),
+                                     flattened("swiglu_forward"), read_contiguous("swiglu_backward"),
+                                     one_stride("swiglu_backward"), flattened("swiglu_backward")],
+    ("05_flash_attention", "attention_tiled"): [computed_lower("attention_tiled"), read_contiguous("attention_tiled"),
         Option("attention_tiled", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
     ("05_flash_attention", "flash_forward"): [computed_lower("flash_attention_forward"),
+                                              read_contiguous("flash_attention_forward"),
         Option("flash_attention_forward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
-    ("05_flash_attention", "flash_backward_dv"): [
+    ("05_flash_attention", "online_softmax"): [computed_lower("online_softmax_stats")],
+    ("05_flash_attention", "flash_backward_dv"): [computed_lower("flash_attention_backward"),
+                                                  read_contiguous("flash_attention_backward"),
         Option("flash_attention_backward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
+    ("05_flash_attention", "flash_delta"): [computed_lower("flash_delta"), read_contiguous("flash_delta")],
     ("05_flash_attention", "flash_backward"): [computed_lower("flash_attention_backward"),
+                                               read_contiguous("flash_attention_backward"),
         Option("flash_attention_backward", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
     ("05_flash_attention", "flash_attention_memory"): [
         Option("flash_attention", "causal", truth, lambda v, a: not v, kinds=("True", "False"))],
@@ -291,8 +413,14 @@ COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
         Option("fused_linear_ce_forward", "fp32_dw", lambda v: None if v else "False", lambda v, a: True,
                kinds=("False",))],
     ("06_fused_linear_ce", "fused_linear_cross_entropy"): _ce_options("fused_linear_cross_entropy", bias=True)
-    + [computed_lower("fused_linear_cross_entropy")],
-    ("07_quantization", "int8_matmul"): [computed_lower("int8_weight_matmul")],
+    + [computed_lower("fused_linear_cross_entropy"), read_contiguous("fused_linear_cross_entropy"),
+       flattened("fused_linear_cross_entropy")],
+    ("07_quantization", "q8_0"): [computed_lower("quantize_q8_0"), read_contiguous("quantize_q8_0"),
+                                  flattened("quantize_q8_0")],
+    ("07_quantization", "q4_0"): [computed_lower("quantize_q4_0"), read_contiguous("quantize_q4_0"),
+                                  flattened("quantize_q4_0")],
+    ("07_quantization", "int8_matmul"): [computed_lower("int8_weight_matmul"), read_contiguous("int8_weight_matmul"),
+                                         flattened("int8_weight_matmul")],
     # ---------------------------------------------------------------------------------------------- 07
     ("07_quantization", "blockwise"): [computed_lower("quantize_blockwise"),
         Option("quantize_blockwise", "block", itself, scaled(2)),
@@ -311,7 +439,10 @@ COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
         Option("lora_state_bytes", "targets", lambda v: "all" if len(tuple(v)) > 1 else "one",
                lambda v, a: tuple(v)[:1] if len(tuple(v)) > 1 else ("wq", "wv") if tuple(v) != ("wq",) else ("wv",)),
         Option("lora_state_bytes", "base_dtype", dtype_kind, other_dtype)],
-    ("08_fine_tune", "lora_function"): [Option("LoRAFunction", "scale", itself, scaled(2.0))],
+    ("08_fine_tune", "lora_function"): [Option("LoRAFunction", "scale", itself, scaled(2.0)),
+                                        computed_lower("LoRAFunction"), read_contiguous("LoRAFunction"),
+                                        flattened("LoRAFunction")],
+    ("08_fine_tune", "nf4"): [computed_lower("quantize_nf4"), read_contiguous("quantize_nf4")],
 }
 
 # A memory check measures bytes, not values: an option that changes the numbers and not the bytes (causal, a LoRA
@@ -338,3 +469,90 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("most_tokens", "predict"): "the predictor itself: the plan check passes its own",
     ("AdamW8bit", "chunk"): "a free choice of how many values one pass updates: the result must not depend on it",
 }
+
+# ------------------------------------------------------------------------------------------------- the axes
+# Every axis of every check's cases (the AXES of autograder/checks/<topic>.py), and what proves a check tells its values
+# apart: a parameter, or one of the axes of the whole call above (DTYPE, LAYOUT, APART, RANK, MIXED), which the check's
+# COUNTERFACTUALS must then answer otherwise (or EXEMPT name); or a reason no counterfactual exists.
+# tests/test_counterfactuals.py checks that every axis has one of the two.
+INPUT = ("what the answer is computed from (sizes, values, a model), not a choice between answers: there is no other "
+         "value to answer as; the fixed cases and the drawn ones span it")
+INVALID = "calls the text refuses: the check expects the text's error (the registry's entries that accept them fail)"
+MEASURED = ("what the check measures or how (a path, memory, kept bytes, a meter): a memory check measures bytes, and "
+            "the values of its function are its numerics check's")
+FREE = "a free choice of the learner's (tiles, chunks): any value keeps the points (the registry's right entries)"
+CALL = "how the call is written (positional, keywords, defaults): the def line's defaults are contract 6, every check's"
+FLAT = "the text flattens the input whatever its rank: the rank chooses no other answer"
+REFUSED = ("the reference refuses a strided input (a ValueError the text allows), so no answer exists to mistake; one "
+           "that reads it is compared with the exact values (tests/test_domain_checks.py: a transposed pow4)")
+GATHER_OUT = ("a method's argument (ZeroAdamW.gather_params(out=)): the registry's ZeroGatherIgnoresOut answers a given out "
+              "as None and loses zero_adamw's points")
+STAGES_ALIKE = ("stages 0, 1 and 2 give the same numbers and send the same bytes: zero_memory's counterfactual answers "
+                "each stage as the next and loses (what a rank keeps); stage 3's gathers are zero_adamw's")
+ADAPTER_RANK = "the adapters' rank r is a size of the inputs A and B, not a parameter of LoRAFunction"
+REASONS = (INPUT, INVALID, MEASURED, FREE, CALL, FLAT, REFUSED, GATHER_OUT, STAGES_ALIKE, ADAPTER_RANK)
+
+AXIS_PROOF: dict[str, str] = {
+    # axes of the whole call
+    "dtype": DTYPE, "rank": RANK, "x_rank": RANK, "layout": LAYOUT, "x_layout": LAYOUT, "dy_layout": APART,
+    "operands": APART, "weight": MIXED,
+    # parameters (and a config's fields: cfg)
+    "alpha": "alpha", "out": "out", "causal": "causal", "eps": "eps", "reduction": "reduction",
+    "ignore_index": "ignore_index", "label_smoothing": "label_smoothing", "softcap": "softcap", "bias": "bias",
+    "fp32_dw": "fp32_dw", "precision": "precision", "precision x recompute": "recompute", "optimizer": "optimizer",
+    "recompute": "recompute", "stage": "stage", "param_dtype": "param_dtype", "gather_params(out=)": "out",
+    "data_parallel": "data_parallel", "zero_init": "zero_init", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
+    "buffer_factor": "buffer_factor", "offload": "offload_optimizer", "prefetch": "prefetch", "scale": "scale",
+    "r": "r", "targets": "targets", "target": "targets", "base_dtype": "base_dtype", "block": "block", "code": "code",
+    "attention": "cfg", "tied_head": "cfg", "bytes": "param_bytes",
+    # free choices
+    "chunk_size": FREE, "chunks": FREE, "tiles": FREE, "kernel tiles": FREE,
+    # inputs
+    **{axis: INPUT for axis in (
+        "size", "shape_type", "block_fit", "magnitude", "n_vs_block", "ffn_hidden", "n_layers", "count", "model",
+        "batch", "budget", "divides", "answer", "numel", "world_size", "h", "rows_vs_programs", "signs", "f_vs_block",
+        "values", "blocks", "rows", "-inf entries", "N", "head_dim", "batch x heads", "logits", "dO", "ignored",
+        "last_chunk", "last_tile", "tile_vs_block", "weights", "k_vs_block_k", "param_rank", "gradients",
+        "grad_zero_block", "steps", "blocks per row", "levels", "d_out", "upstream_g", "units", "regime", "times",
+        "unit_bytes", "peak at", "optimizer step in", "embedding backward of", "config", "x_requires_grad",
+        "adapters", "norm_weights", "plan case", "tokens case", "paper", "recipe", "kernels")},
+    # calls the text refuses
+    **{axis: INVALID for axis in ("invalid", "invalid_name", "invalid argument", "invalid stage", "invalid input",
+                                  "arguments", "below 1")},
+    # how the check measures
+    **{axis: MEASURED for axis in ("path", "memory", "memory_dtype", "memory dtype", "memory causal", "memory layout",
+                                   "kept", "measured", "meter", "compared with", "ranks", "source", "grads_unchanged",
+                                   "size_measured")},
+    "call": CALL, "hyperparameters": CALL, "predict": CALL,
+}
+
+# (check, axis): where one check's axis differs from the table above
+AXIS_PROOF_OF: dict[tuple[str, str], str] = {
+    ("bytes_of", "dtype"): "dtype", ("bytes_of", "rank"): INPUT,
+    ("count_params", "count"): INPUT,
+    ("state_bytes_measured", "tied_head"): INPUT, ("state_bytes_measured", "attention"): INPUT,
+    ("activation_bytes", "attention"): INPUT, ("predict_peak", "attention"): INPUT,
+    ("predict_peak_gpu", "precision"): "precision", ("zero_on_gloo", "stage"): INPUT,
+    ("lora_state_bytes", "attention"): INPUT, ("lora_state_bytes", "tied_head"): INPUT,
+    ("lora_state_bytes", "size"): INPUT,
+    ("pow4_numerics", "layout"): REFUSED, ("blockwise", "rank"): FLAT,
+    ("fusion_savings", "dtype"): "dtype_bytes", ("fusion_savings", "norms per layer"): "cfg",
+    ("adamw8bit_convergence", "optimizer"): MEASURED,
+    ("fake_step_memory", "kernels"): INPUT,
+    ("zero_adamw", "gather_params(out=)"): GATHER_OUT, ("zero_adamw", "stage"): STAGES_ALIKE,
+    ("lora_function", "r"): ADAPTER_RANK,
+}
+
+# Checks that measure bytes, not values: an axis there that would need a counterfactual of the values (the dtype, a
+# layout) is proven by the numerics check of the same function (named here), unless a counterfactual of its own is given.
+MEMORY_TWINS: dict[str, str] = {
+    "scaled_add_memory": "scaled_add_numerics", "scaled_add_gpu": "scaled_add_numerics", "pow4_memory": "pow4_numerics",
+    "flash_forward_memory": "flash_forward", "flash_attention_memory": "flash_backward",
+    "fused_linear_ce_memory": "fused_linear_ce_forward", "int8_matmul_memory": "int8_matmul",
+    "lora_memory": "lora_function", "zero_memory": "zero_adamw", "state_bytes_measured": "state_bytes",
+    "predict_peak_gpu": "predict_peak", "zero_on_gloo": "zero_adamw",
+}
+
+
+def axis_proof(check: str, axis: str) -> str | None:
+    return AXIS_PROOF_OF.get((check, axis), AXIS_PROOF.get(axis))

@@ -7,16 +7,19 @@ The check runs as the grader runs it (check.run(..., cases="all") under MEMFIT_G
 the reference, recording the kinds each option receives, then once per option and kind with the counterfactual."""
 from __future__ import annotations
 
+import collections.abc
 import functools
+import importlib
 import inspect
 
 import pytest
 import torch
 
-from autograder.checks import CheckFailed, CheckSkipped, LearnerCodeError, checks_for
+from autograder.checks import CheckFailed, CheckSkipped, LearnerCodeError, checks_for, checks_module
 from autograder.checks.contracts import in_decoy
 from autograder.checks.domain import HIDDEN_SEED_ENV
-from tests.counterfactuals import COUNTERFACTUALS, DTYPE, EXEMPT, KNOWN_BLIND, NO_OTHER, Option, ref
+from tests.counterfactuals import (COUNTERFACTUALS, DTYPE, EXEMPT, KNOWN_BLIND, MEMORY_TWINS, NO_OTHER, REASONS, WHOLE_CALL,
+                                   Option, axis_proof, ref)
 from tests.mutants.registry import LESSONS
 
 
@@ -40,11 +43,15 @@ def answering(obj, options: list[Option], change: tuple[Option, str] | None, see
     def wrapper(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
+        # a one-pass iterator (online_softmax's blocks) is read into a list, to look at, and handed on as one again
+        passes = {k for k, v in bound.arguments.items() if isinstance(v, collections.abc.Iterator)}
+        bound.arguments.update({k: list(bound.arguments[k]) for k in passes})
         arguments = dict(bound.arguments)
         reached = []
         lower = None
         for option in options if not in_decoy() else ():  # a decoy's result is not compared with a right answer
-            value = _floating_dtype(arguments) if option.param == DTYPE else arguments[option.param]
+            value = (_floating_dtype(arguments) if option.param == DTYPE else arguments if option.param in WHOLE_CALL
+                     else arguments[option.param])
             kind = option.kind(value)
             if kind is None:
                 continue
@@ -55,9 +62,16 @@ def answering(obj, options: list[Option], change: tuple[Option, str] | None, see
             if change is not None and change[0] is option and change[1] == kind:
                 if option.param == DTYPE:
                     lower = other
+                elif option.param in WHOLE_CALL:
+                    bound.arguments.update(other)
                 else:
                     bound.arguments[option.param] = other
-        result = fn(*bound.args, **bound.kwargs) if lower is None else _computed_in(fn, bound, lower)
+        if lower is not None:
+            _round_through(bound, lower)
+        bound.arguments.update({k: iter(bound.arguments[k]) for k in passes})
+        result = fn(*bound.args, **bound.kwargs)
+        if lower is not None:
+            result = _rounded_result(result, _floating_dtype(arguments), bound.arguments.get("out"), lower)
         for option, kind in reached:  # only calls that return: an invalid call has no right answer to mistake
             seen.setdefault(option, set()).add(kind)
         return result
@@ -69,30 +83,37 @@ def answering(obj, options: list[Option], change: tuple[Option, str] | None, see
 
 
 def _floating_dtype(arguments: dict):
-    """The dtype of the call's first floating-point tensor argument, None if it has none."""
-    return next((v.dtype for v in arguments.values() if isinstance(v, torch.Tensor) and v.is_floating_point()), None)
+    """The dtype of the call's first floating-point tensor argument (or in a list of them), None if it has none."""
+    flat = [x for v in arguments.values() for x in (v if isinstance(v, (list, tuple)) else (v,))]
+    return next((v.dtype for v in flat if isinstance(v, torch.Tensor) and v.is_floating_point()), None)
 
 
-def _computed_in(fn, bound, lower):
-    """fn as if it carried its values in `lower`: its floating-point tensors of the inputs' dtype rounded through
-    `lower`, its results of that dtype too (an fp32 rstd of 16-bit inputs stays as it is; a given out= rounded in
-    place). Computed in the inputs' dtype, so kernels that have no `lower` path (bf16 in Triton's interpreter) run."""
+def _round_through(bound, lower) -> None:
+    """The call as if it carried its values in `lower`: its floating-point tensors of the inputs' dtype (in lists
+    too) rounded through `lower`, computed in the inputs' dtype, so kernels with no `lower` path (bf16 in Triton's
+    interpreter) run. (A given out= is rounded after the call, by _rounded_result.)"""
     dtype = _floating_dtype(bound.arguments)
-    out = bound.arguments.get("out")
+
+    def through(value):
+        if isinstance(value, torch.Tensor) and value.dtype == dtype:
+            return value.to(lower).to(dtype)
+        return type(value)(through(v) for v in value) if isinstance(value, (list, tuple)) else value
+
     for name, value in bound.arguments.items():
-        if name != "out" and isinstance(value, torch.Tensor) and value.dtype == dtype:
-            bound.arguments[name] = value.to(lower).to(dtype)
+        if name != "out":
+            bound.arguments[name] = through(value)
 
-    def rounded(r):
-        if isinstance(r, torch.Tensor) and r.dtype == dtype:
-            if r is out:
-                return out.copy_(out.to(lower))
-            return r.to(lower).to(dtype)
-        if isinstance(r, (tuple, list)):
-            return type(r)(rounded(x) for x in r)
-        return r
 
-    return rounded(fn(*bound.args, **bound.kwargs))
+def _rounded_result(result, dtype, out, lower):
+    """Results of the inputs' dtype rounded through `lower` (an fp32 rstd of 16-bit inputs stays as it is; a given
+    out= rounded in place)."""
+    if isinstance(result, torch.Tensor) and result.dtype == dtype:
+        if result is out:
+            return out.copy_(out.to(lower))
+        return result.to(lower).to(dtype)
+    if isinstance(result, (tuple, list)):
+        return type(result)(_rounded_result(r, dtype, out, lower) for r in result)
+    return result
 
 
 def run_check(lesson: str, check, change: tuple[Option, str] | None, seen: dict) -> None:
@@ -177,3 +198,25 @@ def test_a_counterfactual_changes_only_the_calls_of_its_kind():
     g(1, 0.0), g(1, 2.0), g(1)
     assert calls == [7.0, 2.0, 1.0] and seen == {option: {"zero", "other"}}
     assert inspect.signature(g) == inspect.signature(f)  # the def line's defaults stay visible (contract 6)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_axis_of_every_check_has_a_counterfactual_or_a_reason(lesson):
+    """Each axis the cases span (autograder/checks/<topic>.py's AXES) is a parameter or an axis of the whole call
+    that the check's counterfactuals answer otherwise, or one that no other answer exists for (tests/counterfactuals.py:
+    AXIS_PROOF and its reasons)."""
+    module = importlib.import_module(checks_module(lesson))
+    missing = []
+    for check in checks_for(lesson):
+        proven = {o.param for o in COUNTERFACTUALS.get((lesson, check.name), [])}
+        proven |= {param for function, param in EXEMPT if function in check.uses}
+        twin = MEMORY_TWINS.get(check.name)
+        if twin:
+            proven |= {o.param for o in COUNTERFACTUALS.get((lesson, twin), [])}
+        for axis in module.AXES.get(check.name, {}):
+            proof = axis_proof(check.name, axis)
+            if proof is None:
+                missing.append(f"{check.name}: axis {axis!r} is in no table: give it a counterfactual or a reason")
+            elif proof not in REASONS and proof not in proven:
+                missing.append(f"{check.name}: axis {axis!r} needs a counterfactual of {proof}")
+    assert not missing, "\n  ".join(["axes with neither a counterfactual nor a reason:", *missing])

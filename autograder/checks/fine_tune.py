@@ -22,6 +22,7 @@ import memfit
 import memfit.from_lessons.fine_tune as reference  # imported before the grading child's guards go up
 from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, select, expect_value_error
 from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
+from autograder.checks.model_states import _drawn_config, count_domain
 from autograder.checks.numerics import (assert_close_by_rule, case_dtypes, dtype_name, expect_like, seeded_generator,
                                         seeded_randn, summation_bound)
 from memfit.gpt import COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, GPTConfig, unique_parameters
@@ -201,6 +202,27 @@ def check_lora_state_bytes(lora_state_bytes, cases: str = "visible") -> None:
     for case in _plan(INVALID_LORA_CASES, cases):
         expect_value_error(case.call(lora_state_bytes), what=f"lora_state_bytes(..., {case.argument}={case.value!r})",
                            why=f"for {case.argument}={case.value!r}")
+    if check_cases(cases)[1]:
+        def check_one(drawn: dict) -> None:
+            targets = tuple(t for t in reference.LORA_TARGETS if t in drawn["targets"].split("+"))
+            case = LoraBytesCase(_drawn_config(drawn), drawn["r"], targets, getattr(torch, drawn["base_dtype"]), True)
+            got = call_learner(lora_state_bytes, case.cfg, case.r, case.targets, case.base_dtype, what=case.what())
+            _compare_lora_bytes(got, expected_lora_bytes(case.cfg, case.r, case.targets, case.base_dtype), case,
+                                "the model built with the adapters")
+        grade_drawn(lora_bytes_domain(), "lora_state_bytes", DRAWN_LORA_BYTES_CASES, check_one)
+
+
+def lora_bytes_domain() -> dict:
+    """Every call the text allows: any course GPT (lesson 01's count_params domain), any rank, any non-empty set of
+    targets (as "+"-joined names: the default four first, then all five, then single ones), each base dtype."""
+    names = reference.LORA_TARGETS
+    subsets = ["+".join(reference.DEFAULT_TARGETS), "+".join(names), *names, "wqkv+wo", "w13+w2", "wqkv+head",
+               "wo+w2+head"]
+    return {**count_domain(), "r": Sizes(1, 512, edges=(1, 8, 16, 64)), "targets": Choice(*subsets),
+            "base_dtype": Choice("bfloat16", "float16", "float32")}
+
+
+DRAWN_LORA_BYTES_CASES = 12
 
 
 # ------------------------------------------------------------------------------------ lora_function (numerics)

@@ -487,20 +487,49 @@ def _expect_invalid(flash_attention_forward, case: InvalidCase) -> None:
     expect_value_error(flash_attention_forward, *args, what=f"flash_attention_forward with {what}", why=why)
 
 
+def flash_domain() -> dict:
+    """Every call the text allows of the Triton kernels (attention_tiled's domain, head dims up to the kernels' 128),
+    each with this machine's tiles or the interpreter's, whose BLOCK_M and BLOCK_N differ, and (the backward's) dO
+    random or aligned with o. Sequences up to 100: the interpreter runs a program at a time."""
+    domain = {k: v for k, v in tiled_domain().items() if k != "tiles"}
+    return {**domain, "n": Sizes(1, 100, edges=(1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65)),
+            "kernel tiles": Choice("this machine's", "the interpreter's"), "dO": Choice("random", "aligned with o")}
+
+
+DRAWN_FLASH_CASES = 3  # per check: each runs every program of a grid in Triton's interpreter on a CPU
+
+
+def _drawn_attn_case(drawn: dict) -> AttnCase:
+    return AttnCase(drawn["b"], drawn["h"], drawn["n"], drawn["d"], drawn["causal"],
+                    _names(_dtypes()).index(drawn["dtype"]), drawn["layout"],
+                    50.0 if drawn["logits"] == "large" else 1.0, None, drawn["dO"] == "aligned with o", hidden=True,
+                    small_tiles=drawn["kernel tiles"] != "this machine's")
+
+
+def _grade_drawn_flash(check: str, cases: str, run_case) -> None:
+    if check_cases(cases)[1]:
+        grade_drawn(flash_domain(), check, DRAWN_FLASH_CASES, lambda d: run_case(_drawn_attn_case(d), d["seed"]))
+
+
+def _forward_case(flash_attention_forward, case: AttnCase, seed: int) -> None:
+    q, k, v = _inputs(case, seed)
+    what = f"flash_attention_forward{case.describe()}"
+    with guarded_allocations(), case.tiles_in_force():
+        got = call_pure(flash_attention_forward, q, k, v, case.causal, what=what)
+    o, lse = _expect_pair(got, what, "o, lse")
+    exact_o, exact_lse = _exact(q, k, v, case.causal)
+    same_o, same_lse = _torch_same(q, k, v, case.causal)
+    o_bound, lse_bound = _bounds(q, k, v, case.causal)
+    assert_close_by_rule(o, exact_o, same_o, what + ", o", bound=o_bound)
+    _check_lse(lse, q, exact_lse, same_lse, what, lse_bound)
+
+
 def check_flash_forward(flash_attention_forward, cases: str = "visible") -> None:
     for seed, case in enumerate(_attn_plan(cases)):
-        q, k, v = _inputs(case, 10 * seed)
-        what = f"flash_attention_forward{case.describe()}"
-        with guarded_allocations(), case.tiles_in_force():
-            got = call_pure(flash_attention_forward, q, k, v, case.causal, what=what)
-        o, lse = _expect_pair(got, what, "o, lse")
-        exact_o, exact_lse = _exact(q, k, v, case.causal)
-        same_o, same_lse = _torch_same(q, k, v, case.causal)
-        o_bound, lse_bound = _bounds(q, k, v, case.causal)
-        assert_close_by_rule(o, exact_o, same_o, what + ", o", bound=o_bound)
-        _check_lse(lse, q, exact_lse, same_lse, what, lse_bound)
+        _forward_case(flash_attention_forward, case, 10 * seed)
     for case in _plan(INVALID_CASES, cases):
         _expect_invalid(flash_attention_forward, case)
+    _grade_drawn_flash("flash_forward", cases, lambda case, seed: _forward_case(flash_attention_forward, case, seed))
 
 
 _MEM_BHD = (1, 2, 64)
@@ -604,14 +633,19 @@ def _check_delta_value(delta, o, do, what: str) -> None:
                           "the sum in fp32")
 
 
+def _delta_case(flash_delta, case: AttnCase, seed: int) -> None:
+    _, _, do, o, _ = _backward_inputs(case, seed)
+    what = _delta_what(case)
+    with guarded_allocations(what):
+        delta = call_pure(flash_delta, o, do, what=what)
+    _check_delta_value(delta, o, do, what)
+
+
 def check_flash_delta(flash_delta, cases: str = "visible") -> None:
     """Step 1 of exercise 4: delta = rowsum(dO ⊙ O) in fp32, one value per query row, from a kernel."""
     for seed, case in enumerate(_attn_plan(cases)):
-        _, _, do, o, _ = _backward_inputs(case, seed)
-        what = _delta_what(case)
-        with guarded_allocations(what):
-            delta = call_pure(flash_delta, o, do, what=what)
-        _check_delta_value(delta, o, do, what)
+        _delta_case(flash_delta, case, seed)
+    _grade_drawn_flash("flash_delta", cases, lambda case, seed: _delta_case(flash_delta, case, seed))
     for i, case in enumerate(_mem_plan(cases)):
         (b, h, d), n = _MEM_BHD, case.seq
         o, do = _randn((b, h, n, d), case.dtype, 71 + i), _randn((b, h, n, d), case.dtype, 72 + i)
@@ -660,27 +694,39 @@ DV_HINT = ("dv = Pᵀ dO needs neither delta nor dq: look at flash_dkdv_kernel a
 def check_flash_backward_dv(flash_attention_backward, cases: str = "visible") -> None:
     """Step 2 of exercise 4: dv alone (dv = Pᵀ dO: the dK/dV kernel's P, masks and loops, without delta)."""
     for seed, case in enumerate(_attn_plan(cases)):
-        what, (_, _, dv), exact, same, rule = _backward_grads(flash_attention_backward, case, seed)
-        failed = _close(dv, exact[2], same[2], f"{what}, dv", **rule)
-        if failed:
-            raise CheckFailed(f"{failed}; {DV_HINT}")
+        _dv_case(flash_attention_backward, case, seed)
+    _grade_drawn_flash("flash_backward_dv", cases,
+                       lambda case, seed: _dv_case(flash_attention_backward, case, seed))
+
+
+def _dv_case(flash_attention_backward, case: AttnCase, seed: int) -> None:
+    what, (_, _, dv), exact, same, rule = _backward_grads(flash_attention_backward, case, seed)
+    failed = _close(dv, exact[2], same[2], f"{what}, dv", **rule)
+    if failed:
+        raise CheckFailed(f"{failed}; {DV_HINT}")
+
+
+def _backward_case(flash_attention_backward, case: AttnCase, seed: int) -> None:
+    what, (dq, dk, dv), exact, same, rule = _backward_grads(flash_attention_backward, case, seed)
+    failed = _close(dk, exact[1], same[1], f"{what}, dk", **rule)
+    if failed:
+        if _close(dv, exact[2], same[2], f"{what}, dv", **rule) is None:
+            raise CheckFailed(f"{failed}; dv is right here, so P and its masks are: look at dS = P ⊙ (dP - "
+                              "delta) with dP = dO Vᵀ in _dkdv_from, and at dk's final multiplication by scale")
+        raise CheckFailed(f"{failed}; dv is wrong here too: fix what the flash_backward_dv check reports first")
+    failed = _close(dq, exact[0], same[0], f"{what}, dq", **rule)
+    if failed:
+        raise CheckFailed(f"{failed}; dk is right here, so delta and dS are: look at flash_dq_kernel and _dq_from "
+                          "(the key blocks each query block visits, their masks, dq's multiplication by scale) "
+                          "and at dq's launch")
 
 
 def check_flash_backward(flash_attention_backward, cases: str = "visible") -> None:
     """Step 3 of exercise 4: dk, then dq (dv is step 2's), and the memory of the whole backward."""
     for seed, case in enumerate(_attn_plan(cases)):
-        what, (dq, dk, dv), exact, same, rule = _backward_grads(flash_attention_backward, case, seed)
-        failed = _close(dk, exact[1], same[1], f"{what}, dk", **rule)
-        if failed:
-            if _close(dv, exact[2], same[2], f"{what}, dv", **rule) is None:
-                raise CheckFailed(f"{failed}; dv is right here, so P and its masks are: look at dS = P ⊙ (dP - "
-                                  "delta) with dP = dO Vᵀ in _dkdv_from, and at dk's final multiplication by scale")
-            raise CheckFailed(f"{failed}; dv is wrong here too: fix what the flash_backward_dv check reports first")
-        failed = _close(dq, exact[0], same[0], f"{what}, dq", **rule)
-        if failed:
-            raise CheckFailed(f"{failed}; dk is right here, so delta and dS are: look at flash_dq_kernel and _dq_from "
-                              "(the key blocks each query block visits, their masks, dq's multiplication by scale) "
-                              "and at dq's launch")
+        _backward_case(flash_attention_backward, case, seed)
+    _grade_drawn_flash("flash_backward", cases,
+                       lambda case, seed: _backward_case(flash_attention_backward, case, seed))
     for i, case in enumerate(_mem_plan(cases)):
         (b, h, d), n = _MEM_BHD, case.seq
         q, k, v = _qkv(b, h, n, d, case.dtype, 31 + i)

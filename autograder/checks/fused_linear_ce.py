@@ -531,18 +531,40 @@ def _softmax_free(fn, what):
 def check_fused_linear_ce_forward(fused_linear_ce_forward, cases: str = "visible") -> None:
     visible, hidden = check_cases(cases)
     for index, case, dtype in _plan(TILE_CASES, cases):
-        x, w, t, b = case.inputs(dtype, 300 + 10 * index + (500 if case.hidden else 0))
-        tiles = f"chunks={case.chunks}" if case.chunks else "the default chunk_plan"
-        what = f"fused_linear_ce_forward({case.describe(dtype)}, {tiles})"
-        with guarded_allocations(what):
-            got = _softmax_free(lambda: call_pure(fused_linear_ce_forward, x, w, t, b, **case.options(True),
-                                                  chunks=case.chunks, what=what), what)
-        _compare(got, x, w, t, b, case, dtype, what)
+        _check_tiled_case(fused_linear_ce_forward, case, dtype, 300 + 10 * index + (500 if case.hidden else 0))
     for which, n in ((visible, 8), (hidden, 11)):
         for kind in INVALID if which else ():
             args, options = _invalid_call(kind, n)
             expect_value_error(lambda *a: fused_linear_ce_forward(*a, **options), *args,
                                what=f"fused_linear_ce_forward with {kind} (N={n})", why="naming the bad argument")
+    if hidden:
+        def check_one(d: dict) -> None:
+            chunks = None if d["chunks"] is None else (min(d["chunks"][0], d["n"]), min(d["chunks"][1], d["v"]))
+            case = _drawn_loss_case(d, d["h"], bias=d["bias"], fp32_dw=d["fp32_dw"], chunks=chunks)
+            _check_tiled_case(fused_linear_ce_forward, case, case.dtype_at(0), d["seed"])
+        grade_drawn(fused_domain(), "fused_linear_ce_forward", DRAWN_FUSED_CASES, check_one)
+
+
+def fused_domain() -> dict:
+    """Every call exercise 3's text allows: tiles of the caller's (a row, a column, tiles wider than a block, ragged
+    last ones) or chunk_plan's, fp32_dw on and off, a bias, and the loss options (chunked_linear_ce's domain)."""
+    return {**{k: v for k, v in chunk_domain().items() if k not in ("chunk_size", "ignored")},
+            "ignored": Choice("none", "some", "all"), "fp32_dw": Choice(False, True),
+            "n": Sizes(1, 48, edges=(1, 7, 8, 9, 16, 17)),
+            "chunks": Choice(None, (16, 64), (7, 33), (16, BLOCK + 3), (8, 5))}  # (a tile a step: few, for the CPU)
+
+
+DRAWN_FUSED_CASES = 4
+
+
+def _check_tiled_case(fused_linear_ce_forward, case, dtype, seed) -> None:
+    x, w, t, b = case.inputs(dtype, seed)
+    tiles = f"chunks={case.chunks}" if case.chunks else "the default chunk_plan"
+    what = f"fused_linear_ce_forward({case.describe(dtype)}, {tiles})"
+    with guarded_allocations(what):
+        got = _softmax_free(lambda: call_pure(fused_linear_ce_forward, x, w, t, b, **case.options(True),
+                                              chunks=case.chunks, what=what), what)
+    _compare(got, x, w, t, b, case, dtype, what)
 
 
 # Softmax-shaped work PyTorch must not do on the logits: the kernels do it.
@@ -685,6 +707,26 @@ def check_fused_linear_cross_entropy(fused_linear_cross_entropy, cases: str = "v
             _check_function_case(fused_linear_cross_entropy, case, dtype, 400 + index + (50 if case.hidden else 0))
         for index, case, dtype in _plan(FUNCTION_MEMORY, cases):
             _check_function_memory(fused_linear_cross_entropy, case, dtype)
+        if check_cases(cases)[1]:
+            def check_one(d: dict) -> None:
+                lead = (d["n"], 3, 2)[:d["x_rank"] - 1]  # x's leading dims: N·3·2 tokens at rank 4
+                case = _drawn_loss_case({**d, "n": math.prod(lead)}, d["h"], bias=d["bias"], fp32_dw=d["fp32_dw"],
+                                        g=d["upstream_g"], layout=d["layout"] if d["x_rank"] > 2 else "contiguous",
+                                        lead=lead)
+                _check_function_case(fused_linear_cross_entropy, case, case.dtype_at(0), d["seed"])
+            grade_drawn(function_domain(), "fused_linear_cross_entropy", DRAWN_FUNCTION_CASES, check_one)
+
+
+def function_domain() -> dict:
+    """Every call exercise 4's text allows: x of rank 2 to 4 (tokens over the leading dims; N counts the first), as
+    transposed views too, a backward of any upstream gradient, and the loss options of exercise 3."""
+    domain = {k: v for k, v in fused_domain().items() if k not in ("chunks", "ignored")}
+    return {**domain, "n": Sizes(1, 24, edges=(1, 2)), "ignored": Choice("none", "some"),
+            "x_rank": Choice(2, 3, 4), "layout": Choice("contiguous", "transposed view"),
+            "upstream_g": Choice(1.0, 3.0, -0.5)}
+
+
+DRAWN_FUNCTION_CASES = 3
 
 
 def _check_function_case(fused_linear_cross_entropy, case, dtype, seed):

@@ -39,7 +39,7 @@ import triton.language as tl  # the fused optimizer's dtypes, for its compile sp
 from autograder.checks import (Check, CheckFailed, KernelSpec, call_learner, check_cases, select, expect_value_error,
                                given_references)
 from autograder.checks.numerics import assert_close_by_rule, expect_like, expect_no_torch_arithmetic, seeded_generator
-from autograder.checks.numerics import call_pure, dtype_name as _name, guarded_allocations, overlaps
+from autograder.checks.numerics import call_pure, dtype_name as _name, guarded_allocations, overlaps, summation_bound
 from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
 from autograder.checks.references import reference
 from memfit.hardware import config as _config
@@ -775,6 +775,8 @@ def _cancelling(case: MatmulCase, seed: int) -> tuple[torch.Tensor, torch.Tensor
 
 def _matmul_hint(y, exact, dtype, case: MatmulCase) -> str:
     """What a failed matmul's error looks like, where it has a known shape."""
+    if not isinstance(y, torch.Tensor) or y.shape != exact.shape:  # (the failure already says what is wrong)
+        return ""
     rel = ((y.double() - exact).abs().max() / exact.abs().max().clamp_min(1e-30)).item()
     if dtype == torch.float32 and 1e-5 < rel < 1e-2:
         return (f" (relative error {rel:.1e}: about TF32's 10-bit precision; in fp32 pass "
@@ -788,32 +790,58 @@ def _matmul_hint(y, exact, dtype, case: MatmulCase) -> str:
 def check_int8_matmul(int8_weight_matmul, cases: str = "visible") -> None:
     for seed, case in enumerate(_plan(MATMUL_CASES, cases)):
         for name in case.dtype_names():
-            dtype = DTYPES[name]
-            if case.values == "cancelling partial sums":
-                x, w = (t.to(memfit.DEVICE, dtype) for t in _cancelling(case, 91 + seed))
-            else:
-                x = _x_for(case, dtype, 90 + seed)
-                w = weights("heavy", (case.n, case.k), 91 + seed).to(memfit.DEVICE, dtype)
-            qw = reference_q8_0(w)
-            w_hat = decode("q8_0", qw.data.cpu(), qw.scales.cpu(), case.n * case.k).view(case.n, case.k)
-            w_hat = w_hat.to(memfit.DEVICE, dtype)
-            view = "" if case.layout == "contiguous" else f", a {case.layout} view"
-            values = "" if case.values == "heavy-tailed" else f", {case.values} (K's halves)"
-            tiles = lesson.int8_matmul_tiles(case.m)
-            what = (f"int8_weight_matmul(x of shape {tuple(x.shape)}{view}, {_name(dtype)}; weight {case.n} x "
-                    f"{case.k} in Q8_0{values}; int8_matmul_tiles gives BLOCK_K {tiles['BLOCK_K']}, "
-                    f"SPLIT_K {tiles['SPLIT_K']})")
-            with guarded_allocations(what), _tf32_like_a_gpu():
-                y = _call_pure_q(int8_weight_matmul, x, qw, what=what)
-            exact = x.double() @ w_hat.double().T
-            same = x @ w_hat.T
-            floor = 4 * math.sqrt(case.k) if dtype == torch.float32 else 4.0
-            try:
-                assert_close_by_rule(y, exact, same, what, floor_ulps=floor)
-            except CheckFailed as failed:
-                raise CheckFailed(str(failed) + _matmul_hint(y, exact, dtype, case)) from None
+            _matmul_case(int8_weight_matmul, case, DTYPES[name], seed)
     for case in _plan(MATMUL_INVALID_CASES, cases):
         _matmul_invalid(int8_weight_matmul, case)
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            lead = (d["m"],) if d["x_rank"] == 2 else () if d["x_rank"] == 1 else (d["m"], 2)
+            if d["x_rank"] == 1 and d["layout"] != "contiguous":
+                raise Impossible()  # a vector has no rows to lay out apart
+            layout = "contiguous" if d["values"] == "cancelling partial sums" else d["layout"]  # (built contiguous)
+            case = MatmulCase(lead, d["n"], 32 * d["k_blocks"], d["dtype"], True, layout, values=d["values"])
+            _matmul_case(int8_weight_matmul, case, DTYPES[d["dtype"]], d["seed"])
+        grade_drawn(matmul_domain(), "int8_matmul", DRAWN_MATMUL_CASES, check_one)
+
+
+def matmul_domain() -> dict:
+    """Every call the text allows: x of rank 1 to 3 with any number of rows (each of int8_matmul_tiles's classes),
+    contiguous or not, K any multiple of Q8_0's 32 (ragged against BLOCK_K too), any N, each dtype."""
+    return {"m": Sizes(1, 300, edges=(1, 16, 17, 64, 65, 256, 257)), "x_rank": Choice(2, 1, 3),
+            "n": Sizes(1, 160, edges=(1, 16, 17)), "k_blocks": Sizes(1, 12, edges=(1, 2, 3)),
+            "dtype": Choice(*PROFILE_DTYPES), "layout": Choice("contiguous", "column slice", "transposed"),
+            "values": Choice("heavy-tailed", "cancelling partial sums")}
+
+
+DRAWN_MATMUL_CASES = 4
+
+
+def _matmul_case(int8_weight_matmul, case: MatmulCase, dtype: torch.dtype, seed: int) -> None:
+    if case.values == "cancelling partial sums":
+        x, w = (t.to(memfit.DEVICE, dtype) for t in _cancelling(case, 91 + seed))
+    else:
+        x = _x_for(case, dtype, 90 + seed)
+        w = weights("heavy", (case.n, case.k), 91 + seed).to(memfit.DEVICE, dtype)
+    qw = reference_q8_0(w)
+    w_hat = decode("q8_0", qw.data.cpu(), qw.scales.cpu(), case.n * case.k).view(case.n, case.k)
+    w_hat = w_hat.to(memfit.DEVICE, dtype)
+    view = "" if case.layout == "contiguous" else f", a {case.layout} view"
+    values = "" if case.values == "heavy-tailed" else f", {case.values} (K's halves)"
+    tiles = lesson.int8_matmul_tiles(case.m)
+    what = (f"int8_weight_matmul(x of shape {tuple(x.shape)}{view}, {_name(dtype)}; weight {case.n} x "
+            f"{case.k} in Q8_0{values}; int8_matmul_tiles gives BLOCK_K {tiles['BLOCK_K']}, "
+            f"SPLIT_K {tiles['SPLIT_K']})")
+    with guarded_allocations(what), _tf32_like_a_gpu():
+        y = _call_pure_q(int8_weight_matmul, x, qw, what=what)
+    exact = x.double() @ w_hat.double().T
+    same = x @ w_hat.T
+    floor = 4 * math.sqrt(case.k) if dtype == torch.float32 else 4.0
+    # any order of the K products' fp32 sum keeps the points (split-K's slices too), where the halves cancel as well
+    bound = summation_bound(x.double().abs() @ w_hat.double().abs().T, case.k + 2, torch.float32)
+    try:
+        assert_close_by_rule(y, exact, same, what, floor_ulps=floor, bound=bound)
+    except CheckFailed as failed:
+        raise CheckFailed(str(failed) + _matmul_hint(y, exact, dtype, case)) from None
 
 
 @dataclass(frozen=True)
@@ -1223,10 +1251,36 @@ def check_adamw8bit_step(AdamW8bit, cases: str = "visible") -> None:
             _adam_case(AdamW8bit, case, seed)
         for case in _plan(ADAM_MEMORY_CASES, cases):
             _adam_memory(AdamW8bit, case)
+    if hidden:
+        def check_one(d: dict) -> None:
+            rows = d["big_rows"]
+            cols = max(d["big_cols"], -(-MIN_8BIT // rows))  # at least min_8bit_size values: 8-bit states
+            big = (rows * cols,) if d["big_rank"] == 1 else (rows, cols)
+            small = (d["small"],) if d["small_rank"] == 1 else (d["small"], 3)
+            with _graded_alone(AdamW8bit):
+                _adam_case(AdamW8bit, AdamCase(big, small, d["chunk"], d["gradients"], True,
+                                               defaults=d["hyperparameters"] == "the def line's"), d["seed"])
+        grade_drawn(adam_domain(), "adamw8bit_step", DRAWN_ADAM_CASES, check_one)
     p = torch.zeros(1 << 12, device=memfit.DEVICE, requires_grad=True)
     for chunk in ((1000,) if visible else ()) + ((4095, 0) if hidden else ()):
         expect_value_error(AdamW8bit, [p], 1e-3, (0.9, 0.999), 1e-8, 0.0, 4096, chunk,
                            what=f"AdamW8bit(..., chunk={chunk})", why="saying chunk must be a positive multiple of 256")
+
+
+MIN_8BIT = 4096  # the def line's min_8bit_size
+
+
+def adam_domain() -> dict:
+    """Every step the text allows: an 8-bit-state weight of rank 1 or 2 and any size from min_8bit_size up, beside an
+    fp32-state one, in one chunk or in chunks of any multiple of 256 (a partial last one too), gradients heavy-tailed,
+    ordinary or near eps, hyperparameters passed or the def line's."""
+    return {"big_rows": Sizes(1, 200, edges=(1, 64)), "big_cols": Sizes(1, 400, edges=(1, 257)),
+            "big_rank": Choice(2, 1), "small": Sizes(1, 60, edges=(1,)), "small_rank": Choice(1, 2),
+            "chunk": Choice(None, 256, 512, 768, 4096), "gradients": Choice(10.0, 1.0, 1e-5),
+            "hyperparameters": Choice("passed", "the def line's")}
+
+
+DRAWN_ADAM_CASES = 4
 
 
 # Two runs of the course's tiny GPT on the Markov corpus: AdamW (fp32 states) and the learner's AdamW8bit.

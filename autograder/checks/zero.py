@@ -712,7 +712,6 @@ def _plan_deepspeed() -> list[Case]:
 
 
 def check_deepspeed_estimate(estimate, cases: str = "visible") -> None:
-    reference = _ref().deepspeed_zero3_estimate
     for case in _select(_plan_deepspeed(), cases):
         if case.kind == "invalid":
             total, largest, kw = case.args
@@ -732,16 +731,34 @@ def check_deepspeed_estimate(estimate, cases: str = "visible") -> None:
                 raise CheckFailed(f"{what}: {which} memory should print as {gib} GiB (bytes / 2**30, as DeepSpeed's "
                                   f"estimator prints it), got {shown}")
             continue
-        total, largest, kw = case.args
-        what = f"deepspeed_zero3_estimate({total:,}, {largest:,}, {kw})"
-        want = reference(total, largest, **kw)
-        got = call_learner(estimate, total, largest, what=what, **kw)
-        if not (isinstance(got, tuple) and len(got) == 2):
-            raise CheckFailed(f"{what} should return (cpu_bytes, gpu_bytes), got {_count(got)}")
-        if got != want or not all(isinstance(x, int) for x in got):
-            raise CheckFailed(f"{what}: expected (cpu, gpu) = {_count(want)} bytes, got {_count(got)} (products "
-                              "truncated to whole "
-                              "bytes with int(), as DeepSpeed does)")
+        _check_estimate(estimate, *case.args)
+    if check_cases(cases)[1]:
+        def check_one(drawn: dict) -> None:
+            opt_off, par_off = drawn["offload"]
+            kw = dict(gpus_per_node=drawn["gpus_per_node"], nodes=drawn["nodes"], offload_optimizer=opt_off,
+                      offload_params=par_off, zero_init=drawn["zero_init"], buffer_factor=drawn["buffer_factor"])
+            _check_estimate(estimate, drawn["total"], min(drawn["largest"], drawn["total"]), kw)
+        grade_drawn(DEEPSPEED_DOMAIN, "deepspeed_estimate", DRAWN_DEEPSPEED_CASES, check_one)
+
+
+# Every call the text allows, up to 10^12 parameters; GPUs per node and nodes are powers of two and buffer factors
+# quarters, so every product and quotient is exact in a float and no order of the text's arithmetic differs.
+DEEPSPEED_DOMAIN = {"total": Sizes(1, 10**12, edges=(1, LLAMA8B_PARAMS)), "largest": Sizes(1, 10**10, edges=(1,)),
+                    "gpus_per_node": Choice(1, 2, 4, 8, 16), "nodes": Choice(1, 2, 4, 8, 32),
+                    "offload": Choice(*_OFFLOAD), "zero_init": Choice(True, False),
+                    "buffer_factor": Choice(1.5, 1.0, 1.25, 1.75, 2.0)}
+DRAWN_DEEPSPEED_CASES = 200
+
+
+def _check_estimate(estimate, total: int, largest: int, kw: dict) -> None:
+    what = f"deepspeed_zero3_estimate({total:,}, {largest:,}, {kw})"
+    want = _ref().deepspeed_zero3_estimate(total, largest, **kw)
+    got = call_learner(estimate, total, largest, what=what, **kw)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise CheckFailed(f"{what} should return (cpu_bytes, gpu_bytes), got {_count(got)}")
+    if got != want or not all(isinstance(x, int) for x in got):
+        raise CheckFailed(f"{what}: expected (cpu, gpu) = {_count(want)} bytes, got {_count(got)} (products "
+                          "truncated to whole bytes with int(), as DeepSpeed does)")
 
 
 # ------------------------------------------------------------------------------- prefetch_timeline
@@ -788,7 +805,6 @@ def _plan_prefetch() -> list[Case]:
 
 
 def check_prefetch_timeline(prefetch_timeline, cases: str = "visible") -> None:
-    reference = _ref().prefetch_timeline
     for case in _select(_plan_prefetch(), cases):
         compute, gather, sizes, k = case.args
         what = f"prefetch_timeline(compute_ms={_short(compute)}, gather_ms={_short(gather)}, " \
@@ -797,21 +813,47 @@ def check_prefetch_timeline(prefetch_timeline, cases: str = "visible") -> None:
             expect_value_error(prefetch_timeline, list(compute), list(gather), list(sizes), k, what=what,
                                why=f"({case.axes['invalid']})")
             continue
-        got = call_learner(prefetch_timeline, list(compute), list(gather), list(sizes), k, what=what)
-        want = reference(compute, gather, sizes, k)
-        if not isinstance(got, dict):
-            raise CheckFailed(f"{what} should return a dict, got {type(got).__name__}")
-        for key, value in want.items():
-            have = got.get(key)
-            same = (isinstance(have, (list, tuple)) and len(have) == len(value)
-                    and all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(have, value))) \
-                if isinstance(value, list) else (isinstance(have, (int, float))
-                                                 and math.isclose(have, value, rel_tol=1e-9, abs_tol=1e-9))
-            if not same:
-                hint = {"peak_bytes": " (a unit holds its bytes from the start of its gather to the end of its "
-                                      "compute; one freed at t no longer counts for a gather starting at t)",
-                        "exposed_ms": " (total_ms minus the sum of compute_ms)"}.get(key, "")
-                raise CheckFailed(f"{what}[{key!r}]: expected {_short(value)}, got {_short(have)}{hint}")
+        _check_timeline(prefetch_timeline, compute, gather, sizes, k)
+    if check_cases(cases)[1]:
+        def check_one(drawn: dict) -> None:
+            rng, n = random.Random(drawn["seed"]), drawn["units"]
+            short, long = ((0.1, 1.0), (2.0, 5.0)) if drawn["times"] == "fractions" else ((1, 1), (2, 4))
+            ranges = {"mixed": (short[0], long[1]) * 2, "gather-bound": short + long,
+                      "compute-bound": long + short}[drawn["regime"]]  # (compute lo, hi, gather lo, hi)
+
+            def times(lo, hi) -> list[float]:
+                return [float(rng.randint(lo, hi)) if isinstance(lo, int) else rng.uniform(lo, hi) for _ in range(n)]
+            compute, gather = times(*ranges[:2]), times(*ranges[2:])
+            sizes = [rng.randint(1, 100)] * n if drawn["unit_bytes"] == "equal" else \
+                [rng.randint(1, 100) for _ in range(n)]
+            _check_timeline(prefetch_timeline, compute, gather, sizes, drawn["prefetch"])
+        grade_drawn(PREFETCH_DOMAIN, "prefetch_timeline", DRAWN_PREFETCH_CASES, check_one)
+
+
+PREFETCH_DOMAIN = {"units": Sizes(1, 16, edges=(1, 2)), "prefetch": Sizes(0, 17, edges=(0, 1, 2)),
+                   "regime": Choice("mixed", "gather-bound", "compute-bound"),
+                   "times": Choice("fractions", "integers (ties)"), "unit_bytes": Choice("equal", "varying")}
+DRAWN_PREFETCH_CASES = 100
+
+
+def _check_timeline(prefetch_timeline, compute, gather, sizes, k) -> None:
+    what = f"prefetch_timeline(compute_ms={_short(compute)}, gather_ms={_short(gather)}, " \
+           f"unit_bytes={_short(sizes)}, prefetch={k})"
+    got = call_learner(prefetch_timeline, list(compute), list(gather), list(sizes), k, what=what)
+    want = _ref().prefetch_timeline(compute, gather, sizes, k)
+    if not isinstance(got, dict):
+        raise CheckFailed(f"{what} should return a dict, got {type(got).__name__}")
+    for key, value in want.items():
+        have = got.get(key)
+        same = (isinstance(have, (list, tuple)) and len(have) == len(value)
+                and all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in zip(have, value))) \
+            if isinstance(value, list) else (isinstance(have, (int, float))
+                                             and math.isclose(have, value, rel_tol=1e-9, abs_tol=1e-9))
+        if not same:
+            hint = {"peak_bytes": " (a unit holds its bytes from the start of its gather to the end of its "
+                                  "compute; one freed at t no longer counts for a gather starting at t)",
+                    "exposed_ms": " (total_ms minus the sum of compute_ms)"}.get(key, "")
+            raise CheckFailed(f"{what}[{key!r}]: expected {_short(value)}, got {_short(have)}{hint}")
 
 
 def _short(x):
