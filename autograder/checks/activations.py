@@ -61,14 +61,47 @@ _plan = select  # (autograder/checks/__init__.py: one planner for every check mo
 
 def check_activation_bytes(activation_bytes, cases: str = "visible") -> None:
     for name, batch, seq, precision, recompute in _plan(ACTIVATION_CASES, cases):
-        cfg = CPU_CONFIGS[name]
-        what = f"activation_bytes({_label(cfg, batch, seq, precision, recompute)})"
-        with given_references(activation_bytes, dtype_bytes=reference_code.dtype_bytes):
-            got = call_learner(activation_bytes, cfg, batch, seq, precision, recompute, what=what)
-        want = measured_block_bytes(cfg, batch, seq, precision, recompute, "cpu")
-        if got != want:
-            raise CheckFailed(f"{what}: measured {want:,} bytes kept per block (live-tensor meter, two blocks minus "
-                              f"one), you predicted {got!r} ({_per_token(got, want, batch, seq, cfg.d_model)})")
+        _activation_case(activation_bytes, CPU_CONFIGS[name], batch, seq, precision, recompute)
+    if check_cases(cases)[1]:
+        grade_drawn(activation_domain(), "activation_bytes", DRAWN_ACTIVATION_CASES,
+                    lambda d: _activation_case(activation_bytes, drawn_gpt(d), d["batch"], d["seq"], d["precision"],
+                                               d["recompute"]))
+
+
+def activation_domain() -> dict:
+    """Every call the text allows, on small models a CPU measures in a moment: heads in groups over the KV heads
+    (MHA, GQA, MQA), any head dim RoPE takes (even), FFN and vocabulary sizes, tied or not, any batch and sequence
+    length, each precision and recomputation."""
+    return {**gpt_domain(), "batch": Sizes(1, 4, edges=(1,)), "seq": Sizes(1, 96, edges=(1, 2)),
+            "precision": Choice("fp32", "amp", "bf16"), "recompute": Choice("none", "selective", "full")}
+
+
+def gpt_domain() -> dict:
+    return {"kv_heads": Sizes(1, 4, edges=(1,)), "group": Sizes(1, 4, edges=(1,)),
+            "head_dim": Choice(8, 2, 4, 16, 24), "ffn_hidden": Sizes(1, 200, edges=(1,)),
+            "vocab_size": Sizes(2, 400, edges=(2,)), "tie_embeddings": Choice(False, True)}
+
+
+def drawn_gpt(d: dict) -> GPTConfig:
+    """A two-layer GPT from gpt_domain()'s draw (two blocks: the meter counts one block as two minus one)."""
+    heads = d["kv_heads"] * d["group"]
+    return GPTConfig(vocab_size=d["vocab_size"], d_model=heads * d["head_dim"], n_layers=2, n_heads=heads,
+                     n_kv_heads=d["kv_heads"], ffn_hidden=d["ffn_hidden"], tie_embeddings=d["tie_embeddings"],
+                     name=f"a drawn GPT (d_model {heads * d['head_dim']}, {heads} heads over {d['kv_heads']} kv, "
+                          f"ffn {d['ffn_hidden']}, vocab {d['vocab_size']}{', tied' if d['tie_embeddings'] else ''})")
+
+
+DRAWN_ACTIVATION_CASES = 6
+
+
+def _activation_case(activation_bytes, cfg, batch: int, seq: int, precision: str, recompute: str) -> None:
+    what = f"activation_bytes({_label(cfg, batch, seq, precision, recompute)})"
+    with given_references(activation_bytes, dtype_bytes=reference_code.dtype_bytes):
+        got = call_learner(activation_bytes, cfg, batch, seq, precision, recompute, what=what)
+    want = measured_block_bytes(cfg, batch, seq, precision, recompute, "cpu")
+    if got != want:
+        raise CheckFailed(f"{what}: measured {want:,} bytes kept per block (live-tensor meter, two blocks minus "
+                          f"one), you predicted {got!r} ({_per_token(got, want, batch, seq, cfg.d_model)})")
 
 
 def _per_token(got, want, batch: int, seq: int, h: int) -> str:
@@ -170,6 +203,29 @@ def check_predict_peak(predict_peak, cases: str = "visible") -> None:
     """On the CPU (live-tensor meter), whatever the machine: within 3%."""
     for name, batch, seq, precision, optimizer, recompute in _plan(PEAK_CASES, cases):
         _check_peak(predict_peak, CPU_CONFIGS[name], batch, seq, precision, optimizer, recompute, "cpu", CPU_TOLERANCE)
+    if check_cases(cases)[1]:
+        grade_drawn(peak_domain(), "predict_peak", DRAWN_PEAK_CASES,
+                    lambda d: _check_peak(predict_peak, _peak_gpt(d), d["batch"], d["seq"], d["precision"],
+                                          d["optimizer"], d["recompute"], "cpu", CPU_TOLERANCE))
+
+
+def peak_domain() -> dict:
+    """activation_bytes' domain with an optimizer, at the proportions the text's predictor is for (the course's GPTs:
+    an FFN of 2.5 to 4 times d_model, a vocabulary of several times d_model, 16 tokens a step or more). Its terms are
+    the parameter- and token-sized tensors; in a toy of a few KiB (an FFN of 16, a vocabulary of 64) a step's small
+    fixed tensors are 3-5% of the peak, which the text's 3% does not promise."""
+    return {**activation_domain(), "kv_heads": Sizes(1, 4, edges=(1,)), "group": Sizes(2, 4),
+            "head_dim": Choice(16, 8, 24), "ffn_ratio": Choice(3.5, 2.5, 4.0),
+            "vocab_size": Sizes(256, 2048, edges=(256,)), "seq": Sizes(16, 96, edges=(16,)),
+            "optimizer": Choice("adamw", "sgd")}
+
+
+def _peak_gpt(d: dict) -> GPTConfig:
+    heads = d["kv_heads"] * d["group"]
+    return drawn_gpt({**d, "ffn_hidden": round(d["ffn_ratio"] * heads * d["head_dim"])})
+
+
+DRAWN_PEAK_CASES = 6
 
 
 # The reference predictor was within 0.62% of the CUDA allocator's peak on an H100 over the earlier grid (small and
