@@ -471,6 +471,22 @@ def check_scaled_add_memory(scaled_add, cases: str = "visible") -> None:
     for which in ("visible",) * visible + ("hidden",) * hidden:
         _check_memory(scaled_add, [(case.shape, case.dtype(), case.out == "given", case.operands)
                                    for case in _plan(_memory_cases(), which)])
+    if hidden:
+        def check_one(d: dict) -> None:
+            shape = (d["n"],) if d["rank"] == 1 else (d["rows"], -(-d["n"] // d["rows"]))
+            _check_memory(scaled_add, [(shape, getattr(torch, d["dtype"]), d["out"] == "given", d["operands"])])
+        grade_drawn(add_memory_domain(), "scaled_add_memory", DRAWN_ADD_MEMORY_CASES, check_one)
+
+
+def add_memory_domain() -> dict:
+    """Every call the text allows, measured: any size (below a block, a partial last block, many), rank 1 or 2, each
+    graded dtype, out= given or not, y a separate tensor or x itself."""
+    return {"n": Sizes(1, 200_000, edges=(1, _block() - 1, _block() + 1)), "rank": Choice(1, 2),
+            "rows": Sizes(1, 7, edges=(1,)), "dtype": Choice(*(dtype_name(d) for d in memfit.profile().dtypes)),
+            "out": Choice("None", "given"), "operands": Choice("separate tensors", "the same tensor")}
+
+
+DRAWN_ADD_MEMORY_CASES = 3
 
 
 # ------------------------------------------------------------------------------------ the GPU

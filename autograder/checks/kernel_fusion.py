@@ -259,17 +259,28 @@ POW4_MEMORY_CASES = [Pow4MemoryCase(3 * B + 5, False), Pow4MemoryCase(1 << 16 | 
 def check_pow4_memory(pow4, cases: str = "visible") -> None:
     for case in _plan(POW4_MEMORY_CASES, cases):
         for dtype in DTYPES:
-            a = _randn(case.n, dtype, 7)
-            what = f"pow4 at n={case.n:,}, {_name(dtype)}"
-            nbytes = case.n * a.element_size()
-            out = _check_memory(lambda: call_learner(pow4, a, what=what), what,
-                                math.ceil(1.05 * allocated_bytes(nbytes)),
-                                "the output's", "a fused kernel allocates no temporaries")
-            expect_like(out, a, what)
-            out = torch.empty_like(a)
-            _check_memory(lambda: call_learner(pow4, a, out=out, what=what + " and out="), what + " and out= given",
-                          math.ceil(0.05 * nbytes), "nothing (5% of the output)",
-                          "with out= given, write into it directly: no temporary, no copy", results=0)
+            _pow4_memory_case(pow4, case.n, dtype, 7)
+    if check_cases(cases)[1]:
+        grade_drawn({"n": Sizes(1, 1 << 20, edges=(1, POW4_BLOCK - 1, POW4_BLOCK + 1)), "dtype": Choice(*DTYPE_NAMES)},
+                    "pow4_memory", DRAWN_POW4_MEMORY_CASES,
+                    lambda d: _pow4_memory_case(pow4, d["n"], BY_NAME[d["dtype"]], d["seed"]))
+
+
+DRAWN_POW4_MEMORY_CASES = 3  # sizes of a contiguous a: below a block, a partial last block, up to a million
+
+
+def _pow4_memory_case(pow4, n: int, dtype, seed: int) -> None:
+    a = _randn(n, dtype, seed)
+    what = f"pow4 at n={n:,}, {_name(dtype)}"
+    nbytes = n * a.element_size()
+    out = _check_memory(lambda: call_learner(pow4, a, what=what), what,
+                        math.ceil(1.05 * allocated_bytes(nbytes)),
+                        "the output's", "a fused kernel allocates no temporaries")
+    expect_like(out, a, what)
+    out = torch.empty_like(a)
+    _check_memory(lambda: call_learner(pow4, a, out=out, what=what + " and out="), what + " and out= given",
+                  math.ceil(0.05 * nbytes), "nothing (5% of the output)",
+                  "with out= given, write into it directly: no temporary, no copy", results=0)
 
 
 # ------------------------------------------------------------------------------------------ RMSNorm

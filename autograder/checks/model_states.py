@@ -352,6 +352,19 @@ def check_state_bytes_measured(state_bytes, cases: str = "visible") -> None:
         what = f"state_bytes({n:,}, {precision!r}, {optimizer!r}) for {cfg.name} trained on the CPU"
         _compare(call_learner(state_bytes, n, precision, optimizer, what=what),
                  measured_state_bytes(cfg, precision, optimizer), what + " (measured)", n)
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            cfg = _drawn_config({**d, "n_layers": min(d["n_layers"], 2), "vocab_size": min(d["vocab_size"], 512),
+                                 "head_dim": 2 * min(d["head_dim"], 16), "ffn_hidden": min(d["ffn_hidden"], 256)})
+            n = true_param_count(cfg)
+            what = f"state_bytes({n:,}, {d['precision']!r}, {d['optimizer']!r}) for {cfg.name} trained on the CPU"
+            _compare(call_learner(state_bytes, n, d["precision"], d["optimizer"], what=what),
+                     measured_state_bytes(cfg, d["precision"], d["optimizer"]), what + " (measured)", n)
+        grade_drawn({**count_domain(), "precision": Choice(*TRAINED_PRECISIONS), "optimizer": Choice(*TRAINED_OPTIMIZERS)},
+                    "state_bytes_measured", DRAWN_MEASURED_CASES, check_one)
+
+
+DRAWN_MEASURED_CASES = 3  # count_params' GPTs cut to two layers and a CPU's sizes, each trained one step
 
 
 # ------------------------------------------------------------------------------------------- axes

@@ -26,7 +26,7 @@ import memfit.from_lessons.zero as _reference  # imported before the grading chi
 from autograder.checks import (Check, CheckFailed, LearnerCodeError, call_learner, check_cases, expect_value_error,
                                given_references, select)
 from autograder.checks.numerics import check_guards, current_draw, dtype_name, guarded_empty, seeded_generator
-from autograder.checks.domain import Choice, Sizes, grade_drawn
+from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
 
 TINY = "tiny"
 OPT_ARGS = dict(lr=1e-2, eps=1e-3, weight_decay=0.1)  # eps large enough that forgetting to divide by N shows
@@ -328,6 +328,14 @@ def _plan_zero_adamw() -> list[Case]:
     return plan
 
 
+# Every synthetic step the text allows: any parameter count (fewer than the ranks too), any world size, stage and
+# parameter dtype, one to three steps.
+SYNTHETIC_DOMAIN = {"numel": Sizes(1, 5000, edges=(1, 2, 7)), "world_size": Sizes(1, 8, edges=(1, 2, 3)),
+                    "stage": Choice(0, 1, 2, 3), "param_dtype": Choice(*(dtype_name(d) for d in _dtypes())),
+                    "steps": Choice(2, 1, 3)}
+DRAWN_SYNTHETIC_CASES = 6
+
+
 def check_zero_adamw(ZeroAdamW, cases: str = "visible") -> None:
     from memfit.zero import max_relative_error, reference_training, single_rank
     steps = 2
@@ -343,6 +351,13 @@ def check_zero_adamw(ZeroAdamW, cases: str = "visible") -> None:
     for case in plan:
         if case.kind == "synthetic":
             _synthetic_case(ZeroAdamW, *case.args)
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            dtype = _dtype_named(d["param_dtype"])
+            if d["world_size"] == 1 and dtype != torch.float32:
+                raise Impossible()  # (one rank: the fixed cases' fp32 only)
+            _synthetic_case(ZeroAdamW, d["numel"], d["world_size"], d["stage"], dtype, d["steps"])
+        grade_drawn(SYNTHETIC_DOMAIN, "zero_adamw", DRAWN_SYNTHETIC_CASES, check_one)
     for case in plan:
         if case.kind != "gpt":
             continue
@@ -421,6 +436,20 @@ def _plan_zero_memory() -> list[Case]:
 def check_zero_memory(ZeroAdamW, cases: str = "visible") -> None:
     for case in _select(_plan_zero_memory(), cases):
         _memory_case(ZeroAdamW, *case.args)
+    if check_cases(cases)[1]:
+        grade_drawn(ZERO_MEMORY_DOMAIN, "zero_memory", DRAWN_ZERO_MEMORY_CASES,
+                    lambda d: _memory_case(ZeroAdamW, d["world_size"], d["stage"], _dtype_named(d["param_dtype"]),
+                                           TINY if d["model"] == "course-tiny" else _micro_config()))
+
+
+def _dtype_named(name: str) -> torch.dtype:
+    return next(d for d in _dtypes() if dtype_name(d) == name)
+
+
+ZERO_MEMORY_DOMAIN = {"world_size": Sizes(1, 7, edges=(1, 2, 3)), "stage": Choice(0, 1, 2, 3),
+                      "param_dtype": Choice(*(dtype_name(d) for d in _dtypes())),
+                      "model": Choice("course-micro", "course-tiny")}
+DRAWN_ZERO_MEMORY_CASES = 2
 
 
 # ----------------------------------------------------------------------------- zero_bytes_per_rank
