@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import random
 import warnings
 from dataclasses import dataclass, field
 
@@ -510,45 +511,65 @@ def _weight_sized(meter, peak: int, budget: dict) -> bool:
 
 
 def check_lora_memory(lora_function, cases: str = "visible") -> None:
-    device = memfit.DEVICE
     for mcase in _plan(MEMORY_CASES, cases):
-        case, budget = mcase.lora, lora_budgets(mcase.lora)
-        what = f"{case.what()} on the {mcase.meter} meter"
-        x, w, a, b, dy = case.make(device)
-        warm = call_learner(_named(lora_function.apply, lora_function, "forward"), x, w, a, b, case.scale, what=case.what())  # workspaces
-        call_learner(_named(warm.backward, lora_function, "backward"), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
-        del warm
-        x.grad = a.grad = b.grad = None
-        with open_meter(device, mcase.meter) as meter:
-            meter.reset_peak()
-            y = call_learner(_named(lora_function.apply, lora_function, "forward"), x, w, a, b, case.scale, what=case.what())
-            forward_peak = meter.peak
-            kept = meter.current - _storage_bytes(y)
-        wsize = format_bytes(budget["weight"])
-        if kept > budget["kept"]:
-            copy = " (that is a copy of x: save x itself, and reshape it in backward)" if kept >= budget["x"] else ""
-            raise CheckFailed(f"{what}: the forward keeps {format_bytes(kept)} beyond y until the backward; x Aᵀ is "
-                              f"{format_bytes(budget['xa'])} and x is saved by reference{copy}")
-        if forward_peak > budget["forward"]:
-            why = (f"W is {wsize}: do not form W + scale·B A" if _weight_sized(meter, forward_peak, budget)
-                   else "free each temporary once it is added (or add in place)")
-            raise CheckFailed(f"{what}: the forward's peak is {format_bytes(forward_peak)}, over the budget of "
-                              f"{format_bytes(budget['forward'])} (four tensors of y's size, two of x Aᵀ's"
-                              f"{', one of x' if case.layout != 'contiguous' else ''}); {why}")
-        with open_meter(device, mcase.meter) as meter:
-            meter.reset_peak()
-            call_learner(_named(y.backward, lora_function, "backward"), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
-            backward_peak = meter.peak
-        if backward_peak > budget["backward"]:
-            why = ("x does not require a gradient here: compute dx only when ctx.needs_input_grad[0]; "
-                   if not case.x_grad else "")
-            if not why:
-                why = (f"W, whose gradient is not needed, is {wsize}: nothing of its size belongs in the backward; "
-                       if _weight_sized(meter, backward_peak, budget) else
-                       "dA, dB, four tensors of x's size (dx among them), two of x Aᵀ's and one of y's; ")
-            raise CheckFailed(f"{what}: the backward's peak is {format_bytes(backward_peak)}, over the budget of "
-                              f"{format_bytes(budget['backward'])} ({why.rstrip('; ')})")
-        del y
+        _lora_memory_case(lora_function, mcase)
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            if d["adapters"] != "trainable":
+                raise Impossible()  # (the budgets are for trainable adapters)
+            _lora_memory_case(lora_function, MemoryCase(_drawn_lora_case(d), LIVE_TENSORS))
+        grade_drawn(lora_memory_domain(), "lora_memory", DRAWN_LORA_MEMORY_CASES, check_one)
+
+
+def lora_memory_domain() -> dict:
+    """lora_function's domain where a tensor of W's size is several times every budget: few tokens, wide layers,
+    small ranks."""
+    return {**lora_domain(), "tokens": Sizes(1, 24, edges=(1,)), "lead": Sizes(1, 2), "d_in": Sizes(192, 384),
+            "d_out": Sizes(192, 320), "r": Sizes(1, 16, edges=(1,)), "adapters": Choice("trainable")}
+
+
+DRAWN_LORA_MEMORY_CASES = 2
+
+
+def _lora_memory_case(lora_function, mcase: MemoryCase) -> None:
+    device = memfit.DEVICE
+    case, budget = mcase.lora, lora_budgets(mcase.lora)
+    what = f"{case.what()} on the {mcase.meter} meter"
+    x, w, a, b, dy = case.make(device)
+    warm = call_learner(_named(lora_function.apply, lora_function, "forward"), x, w, a, b, case.scale, what=case.what())  # workspaces
+    call_learner(_named(warm.backward, lora_function, "backward"), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
+    del warm
+    x.grad = a.grad = b.grad = None
+    with open_meter(device, mcase.meter) as meter:
+        meter.reset_peak()
+        y = call_learner(_named(lora_function.apply, lora_function, "forward"), x, w, a, b, case.scale, what=case.what())
+        forward_peak = meter.peak
+        kept = meter.current - _storage_bytes(y)
+    wsize = format_bytes(budget["weight"])
+    if kept > budget["kept"]:
+        copy = " (that is a copy of x: save x itself, and reshape it in backward)" if kept >= budget["x"] else ""
+        raise CheckFailed(f"{what}: the forward keeps {format_bytes(kept)} beyond y until the backward; x Aᵀ is "
+                          f"{format_bytes(budget['xa'])} and x is saved by reference{copy}")
+    if forward_peak > budget["forward"]:
+        why = (f"W is {wsize}: do not form W + scale·B A" if _weight_sized(meter, forward_peak, budget)
+               else "free each temporary once it is added (or add in place)")
+        raise CheckFailed(f"{what}: the forward's peak is {format_bytes(forward_peak)}, over the budget of "
+                          f"{format_bytes(budget['forward'])} (four tensors of y's size, two of x Aᵀ's"
+                          f"{', one of x' if case.layout != 'contiguous' else ''}); {why}")
+    with open_meter(device, mcase.meter) as meter:
+        meter.reset_peak()
+        call_learner(_named(y.backward, lora_function, "backward"), dy, what=f"{case.what()}, then y.backward(dy) (your backward)")
+        backward_peak = meter.peak
+    if backward_peak > budget["backward"]:
+        why = ("x does not require a gradient here: compute dx only when ctx.needs_input_grad[0]; "
+               if not case.x_grad else "")
+        if not why:
+            why = (f"W, whose gradient is not needed, is {wsize}: nothing of its size belongs in the backward; "
+                   if _weight_sized(meter, backward_peak, budget) else
+                   "dA, dB, four tensors of x's size (dx among them), two of x Aᵀ's and one of y's; ")
+        raise CheckFailed(f"{what}: the backward's peak is {format_bytes(backward_peak)}, over the budget of "
+                          f"{format_bytes(budget['backward'])} ({why.rstrip('; ')})")
+    del y
 
 
 # ------------------------------------------------------------------------------------------ nf4_code
@@ -1033,30 +1054,12 @@ def check_plan(plan_fine_tune, most_tokens, cases: str = "visible") -> None:
     plans = reference.PLANS
     tiny = COURSE_CONFIGS["tiny"]
     for case in _plan(PLAN_CASES, cases):
-        predict = CountingPredictor(dict(zip(plans, case.peaks)))
-        what = f"plan_fine_tune({case.card:,} bytes, {tiny.name}, seq={case.seq}) ({case.label}; peaks {case.peaks})"
-        got = call_learner(plan_fine_tune, case.card, tiny, case.seq, predict, what=what)
-        fitting = [p for p, peak in zip(plans, case.peaks) if peak <= _budget(case.card)]
-        want = {"plan": fitting[0], "peak": case.peaks[plans.index(fitting[0])]} if fitting else None
-        if got != want:
-            raise CheckFailed(f"{what}: expected {want}, got {got} (the first of PLANS, in their order, whose peak is at "
-                              f"most HEADROOM × card_bytes = {_budget(case.card):,.0f})")
-        needed = plans.index(fitting[0]) + 1 if fitting else len(plans)
-        if len(predict.calls) > needed:
-            raise CheckFailed(f"{what}: predict was called {len(predict.calls)} times, {needed} are needed: stop at the "
-                              "first plan that fits")
+        _plan_case(plan_fine_tune, case)
     for case in _plan(TOKENS_CASES, cases):
-        cfg = tiny.scaled(max_seq_len=case.max_seq_len)
-        predict = CountingPredictor({plans[2]: case.base}, {plans[2]: case.per_token})
-        what = (f"most_tokens({case.card:,} bytes, max_seq_len {case.max_seq_len:,}, peak = {case.base:,} + "
-                f"{case.per_token:,} × seq) ({case.label})")
-        got = call_learner(most_tokens, case.card, cfg, plans[2], predict, what=what)
-        if got != case.expected():
-            raise CheckFailed(f"{what}: expected {case.expected():,}, got {got!r} (the largest multiple of {reference.SEQ_STEP} "
-                              f"up to max_seq_len whose peak is at most {_budget(case.card):,.0f}; 0 if none)")
-        limit = math.ceil(math.log2(case.max_seq_len // reference.SEQ_STEP + 1)) + 2
-        if len(predict.calls) > limit:
-            raise CheckFailed(f"{what}: predict was called {len(predict.calls)} times: a bisection needs at most {limit}")
+        _tokens_case(most_tokens, case)
+    if check_cases(cases)[1]:
+        grade_drawn(PLAN_DOMAIN, "plan", DRAWN_PLAN_CASES, lambda d: (_plan_case(plan_fine_tune, _drawn_plan_case(d)),
+                                                                     _tokens_case(most_tokens, _drawn_tokens_case(d))))
     for case in _plan(INVALID_PLAN_CASES, cases):
         predict = CountingPredictor(dict.fromkeys(plans, 1))
         if case.argument == "plan":
@@ -1084,6 +1087,73 @@ def check_plan(plan_fine_tune, most_tokens, cases: str = "visible") -> None:
         real = measure_step(reference.plan_trainer(case.plan, tiny, "cpu"), 1, case.seq, meter=LIVE_TENSORS)
         if real.peak > _budget(card):  # the reference's predictor is exact on real steps: a learner cannot cause this
             raise AssertionError(f"{case.plan}: measured {real.peak:,} B over the budget {_budget(card):,.0f}")
+
+
+def _plan_case(plan_fine_tune, case: "PlanCase") -> None:
+    plans, tiny = reference.PLANS, COURSE_CONFIGS["tiny"]
+    predict = CountingPredictor(dict(zip(plans, case.peaks)))
+    what = f"plan_fine_tune({case.card:,} bytes, {tiny.name}, seq={case.seq}) ({case.label}; peaks {case.peaks})"
+    got = call_learner(plan_fine_tune, case.card, tiny, case.seq, predict, what=what)
+    fitting = [p for p, peak in zip(plans, case.peaks) if peak <= _budget(case.card)]
+    want = {"plan": fitting[0], "peak": case.peaks[plans.index(fitting[0])]} if fitting else None
+    if got != want:
+        raise CheckFailed(f"{what}: expected {want}, got {got} (the first of PLANS, in their order, whose peak is at "
+                          f"most HEADROOM × card_bytes = {_budget(case.card):,.0f})")
+    needed = plans.index(fitting[0]) + 1 if fitting else len(plans)
+    if len(predict.calls) > needed:
+        raise CheckFailed(f"{what}: predict was called {len(predict.calls)} times, {needed} are needed: stop at the "
+                          "first plan that fits")
+
+
+def _tokens_case(most_tokens, case: "TokensCase") -> None:
+    plans = reference.PLANS
+    cfg = COURSE_CONFIGS["tiny"].scaled(max_seq_len=case.max_seq_len)
+    predict = CountingPredictor({plans[2]: case.base}, {plans[2]: case.per_token})
+    what = (f"most_tokens({case.card:,} bytes, max_seq_len {case.max_seq_len:,}, peak = {case.base:,} + "
+            f"{case.per_token:,} × seq) ({case.label})")
+    got = call_learner(most_tokens, case.card, cfg, plans[2], predict, what=what)
+    if got != case.expected():
+        raise CheckFailed(f"{what}: expected {case.expected():,}, got {got!r} (the largest multiple of "
+                          f"{reference.SEQ_STEP} up to max_seq_len whose peak is at most {_budget(case.card):,.0f}; "
+                          "0 if none)")
+    limit = math.ceil(math.log2(case.max_seq_len // reference.SEQ_STEP + 1)) + 2
+    if len(predict.calls) > limit:
+        raise CheckFailed(f"{what}: predict was called {len(predict.calls)} times: a bisection needs at most {limit}")
+
+
+# Every planning question the text allows: a card of any size, each plan's peak far below, at, one byte over or far
+# over the budget (drawn per plan from the case's seed), and a sequence limit of any length for most_tokens, whose
+# answer lands anywhere from none to all of it.
+PLAN_DOMAIN = {"card": Sizes(10**6, 10**12, edges=(10**6, 80 * 10**9)), "max_seq_len": Sizes(1, 131_072, edges=(1, 4096)),
+               "answer": Choice("in the middle", "at the budget", "one byte over", "none", "all")}
+DRAWN_PLAN_CASES = 20
+_PEAK_KINDS = ("far below", "at the budget", "one byte over", "far over")
+
+
+def _drawn_plan_case(d: dict) -> "PlanCase":
+    rng, budget = random.Random(d["seed"]), math.floor(_budget(d["card"]))
+    peak = {"far below": lambda: rng.randint(1, max(1, budget // 2)), "at the budget": lambda: budget,
+            "one byte over": lambda: budget + 1, "far over": lambda: rng.randint(budget + 2, 3 * budget + 2)}
+    peaks = tuple(peak[rng.choice(_PEAK_KINDS)]() for _ in reference.PLANS)
+    return PlanCase("drawn", d["card"], peaks, True)
+
+
+def _drawn_tokens_case(d: dict) -> "TokensCase":
+    rng, budget, step = random.Random(d["seed"] + 1), math.floor(_budget(d["card"])), reference.SEQ_STEP
+    steps = d["max_seq_len"] // step  # the multiples of SEQ_STEP up to max_seq_len
+    per_token = rng.randint(1, max(1, budget // max(1, d["max_seq_len"])))
+    answer = {"none": 0, "all": steps, "in the middle": rng.randint(0, steps), "at the budget": rng.randint(0, steps),
+              "one byte over": rng.randint(0, steps)}[d["answer"]]
+    if d["answer"] == "none":
+        base = budget - step * per_token + 1
+    elif d["answer"] == "all":
+        base = rng.randint(0, max(0, budget - steps * step * per_token))
+    else:  # the answer-th multiple fits (exactly at the budget, or one byte under the next), the next does not
+        base = budget - answer * step * per_token - (0 if d["answer"] != "in the middle" else rng.randint(0, per_token - 1))
+        if d["answer"] == "one byte over":  # the next multiple is one byte over (where there is a next one)
+            answer = min(answer, max(0, steps - 1))
+            base = budget - (answer + 1) * step * per_token + 1
+    return TokensCase("drawn", d["max_seq_len"], base, per_token, d["card"], True)
 
 
 # ------------------------------------------------------------------------------------------ the lesson's table

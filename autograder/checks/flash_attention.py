@@ -535,26 +535,47 @@ def check_flash_forward(flash_attention_forward, cases: str = "visible") -> None
 _MEM_BHD = (1, 2, 64)
 
 
+def memory_domain() -> dict:
+    """Every measured call: sequence lengths up to a few hundred (times 16 on a GPU), each dtype the profile has, causal
+    or not, q, k, v contiguous or transposed (B, N, H, d) views (the autograd function's)."""
+    return {"n": Sizes(16, 224, edges=(16, 17, 64, 65)), "slot": Choice(*(i for i in range(3) if _slot_exists(i))),
+            "causal": Choice(True, False), "layout": Choice("contiguous", "transposed")}
+
+
+DRAWN_MEMORY_CASES = 1  # per memory check: each measures a forward (and a backward) of the kernels interpreted
+
+
+def _drawn_mem_case(d: dict) -> MemCase:
+    return MemCase(d["n"], d["slot"], d["causal"], True, d["layout"])
+
+
 def check_flash_forward_memory(flash_attention_forward, cases: str = "visible") -> None:
     for i, case in enumerate(_mem_plan(cases)):
-        (b, h, d), n = _MEM_BHD, case.seq
-        q, k, v = _qkv(b, h, n, d, case.dtype, 21 + i)
-        what = (f"flash_attention_forward(B={b}, H={h}, N={n}, d={d}, {'causal' if case.causal else 'not causal'}, "
-                f"{_name(case.dtype)})")
-        (o, lse), report = measure_peak(
-            lambda: call_learner(flash_attention_forward, q, k, v, case.causal, what=what), device=memfit.DEVICE)
-        budget = math.ceil(1.05 * (q.numel() * q.element_size() + b * h * n * 4))
-        if report.peak_bytes > budget:
-            raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds o and lse "
-                              f"({format_bytes(budget)} with 5%); the scores alone would be "
-                              f"{format_bytes(b * h * n * n * 4)}: keep every tile in the kernel, and write o in "
-                              "q's dtype from the kernel (no copies of q, k, v or o in PyTorch)")
-        _check_kept(report, 0, what, "o and lse")
-        del o, lse
-        if report.ops is None or report.meter != LIVE_TENSORS:
-            _, report = measure_peak(lambda: call_learner(flash_attention_forward, q, k, v, case.causal, what=what),
-                                     device=memfit.DEVICE, meter=LIVE_TENSORS, warmup=False)
-        expect_no_torch_arithmetic(report.ops, what, "the attention belongs in your Triton kernel")
+        _forward_memory_case(flash_attention_forward, case, 21 + i)
+    if check_cases(cases)[1]:
+        grade_drawn(memory_domain(), "flash_forward_memory", DRAWN_MEMORY_CASES,
+                    lambda d: _forward_memory_case(flash_attention_forward, _drawn_mem_case(d), d["seed"] % 1000))
+
+
+def _forward_memory_case(flash_attention_forward, case: MemCase, seed: int) -> None:
+    (b, h, d), n = _MEM_BHD, case.seq
+    q, k, v = _qkv(b, h, n, d, case.dtype, seed)
+    what = (f"flash_attention_forward(B={b}, H={h}, N={n}, d={d}, {'causal' if case.causal else 'not causal'}, "
+            f"{_name(case.dtype)})")
+    (o, lse), report = measure_peak(
+        lambda: call_learner(flash_attention_forward, q, k, v, case.causal, what=what), device=memfit.DEVICE)
+    budget = math.ceil(1.05 * (q.numel() * q.element_size() + b * h * n * 4))
+    if report.peak_bytes > budget:
+        raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds o and lse "
+                          f"({format_bytes(budget)} with 5%); the scores alone would be "
+                          f"{format_bytes(b * h * n * n * 4)}: keep every tile in the kernel, and write o in "
+                          "q's dtype from the kernel (no copies of q, k, v or o in PyTorch)")
+    _check_kept(report, 0, what, "o and lse")
+    del o, lse
+    if report.ops is None or report.meter != LIVE_TENSORS:
+        _, report = measure_peak(lambda: call_learner(flash_attention_forward, q, k, v, case.causal, what=what),
+                                 device=memfit.DEVICE, meter=LIVE_TENSORS, warmup=False)
+    expect_no_torch_arithmetic(report.ops, what, "the attention belongs in your Triton kernel")
 
 
 # ------------------------------------------------------------------------------------- Triton backward
@@ -881,6 +902,9 @@ def check_flash_attention_memory(flash_attention, cases: str = "visible") -> Non
     runs = [functools.partial(_autograd_numerics, case=case, seed=seed)
             for seed, case in enumerate(c for c in _plan(AUTOGRAD_CASES, cases) if _slot_exists(c.slot))]
     runs += [functools.partial(_autograd_memory, case=case, seed=seed) for seed, case in enumerate(_mem_plan(cases))]
+    if check_cases(cases)[1]:
+        runs.append(lambda fn: grade_drawn(memory_domain(), "flash_attention_memory", DRAWN_MEMORY_CASES,
+                                           lambda d: _autograd_memory(fn, _drawn_mem_case(d), d["seed"] % 1000)))
     for run in runs:
         try:
             run(flash_attention)

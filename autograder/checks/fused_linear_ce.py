@@ -630,27 +630,45 @@ def _memory_axes(case, dtype) -> dict:
 
 def check_fused_linear_ce_memory(fused_linear_ce_forward, cases: str = "visible") -> None:
     for index, case, dtype in _plan(FUSED_MEMORY, cases):
-        x, w, t, _ = case.inputs(dtype, 11 + index)
-        tiles = f"chunks={case.chunks}" if case.chunks else "the default chunk_plan"
-        what = f"fused_linear_ce_forward({case.describe(dtype)}, {tiles})"
-        big = case.n * case.v > 10 ** 7
-        _, report = measure_peak(lambda: call_learner(fused_linear_ce_forward, x, w, t, **case.options(True),
-                                                      chunks=case.chunks, what=what),
-                                 device=memfit.DEVICE, meter=None if big else LIVE_TENSORS, warmup=big)
-        rows, cols = _tiles(case, elem=dtype.itemsize)
-        if not big and rows * cols < case.n * case.v:  # where the plan's one tile is not all the logits
-            _no_logits_tensor(report, case, dtype, what, f"the plan's tiles are {rows} tokens x {cols} words: "
-                              "allocate one tile of that size, and loop over the vocabulary as well as the tokens")
-        if not big:
-            _no_softmax(report.ops, what)
-        grads = (case.n + case.v) * case.h * x.element_size()
-        scratch, said = _scratch(case, dtype)
-        if report.peak_bytes > grads + scratch:
-            raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds dX + dW "
-                              f"({format_bytes(grads)}) plus {format_bytes(scratch)} of scratch ({said}): reuse "
-                              "one tile buffer, overwrite its logits with their gradient, and accumulate dW in "
-                              "the weight's dtype unless fp32_dw=True")
-        _kept(report, what)
+        _fused_memory_case(fused_linear_ce_forward, case, dtype, 11 + index)
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            chunks = None if d["chunks"] is None else (min(d["chunks"][0], d["n"]), min(d["chunks"][1], d["v"]))
+            case = _drawn_loss_case(d, d["h"], fp32_dw=d["fp32_dw"], chunks=chunks)
+            _fused_memory_case(fused_linear_ce_forward, case, case.dtype_at(0), d["seed"])
+        grade_drawn(FUSED_MEMORY_DOMAIN, "fused_linear_ce_memory", DRAWN_FUSED_MEMORY_CASES, check_one)
+
+
+# Every measured call a CPU runs in seconds: many tokens and a vocabulary of several tiles (or chunk_plan's one),
+# a wide H (a copy of dX or dW shows), fp32_dw on and off, the loss options.
+FUSED_MEMORY_DOMAIN = {**_loss_axes(), "n": Sizes(16, 300, edges=(16,)), "h": Sizes(32, 96, edges=(32,)),
+                       "v": Sizes(200, 1200, edges=(200,)), "fp32_dw": Choice(False, True),
+                       "chunks": Choice(None, (16, 256), (32, 128))}
+DRAWN_FUSED_MEMORY_CASES = 1
+
+
+def _fused_memory_case(fused_linear_ce_forward, case, dtype, seed: int) -> None:
+    x, w, t, _ = case.inputs(dtype, seed)
+    tiles = f"chunks={case.chunks}" if case.chunks else "the default chunk_plan"
+    what = f"fused_linear_ce_forward({case.describe(dtype)}, {tiles})"
+    big = case.n * case.v > 10 ** 7
+    _, report = measure_peak(lambda: call_learner(fused_linear_ce_forward, x, w, t, **case.options(True),
+                                                  chunks=case.chunks, what=what),
+                             device=memfit.DEVICE, meter=None if big else LIVE_TENSORS, warmup=big)
+    rows, cols = _tiles(case, elem=dtype.itemsize)
+    if not big and rows * cols < case.n * case.v:  # where the plan's one tile is not all the logits
+        _no_logits_tensor(report, case, dtype, what, f"the plan's tiles are {rows} tokens x {cols} words: "
+                          "allocate one tile of that size, and loop over the vocabulary as well as the tokens")
+    if not big:
+        _no_softmax(report.ops, what)
+    grads = (case.n + case.v) * case.h * x.element_size()
+    scratch, said = _scratch(case, dtype)
+    if report.peak_bytes > grads + scratch:
+        raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds dX + dW "
+                          f"({format_bytes(grads)}) plus {format_bytes(scratch)} of scratch ({said}): reuse "
+                          "one tile buffer, overwrite its logits with their gradient, and accumulate dW in "
+                          "the weight's dtype unless fp32_dw=True")
+    _kept(report, what)
 
 
 # ------------------------------------------------------------------- exercise 4: the autograd Function

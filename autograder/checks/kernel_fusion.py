@@ -852,16 +852,35 @@ def check_fusion_savings(fusion_savings_per_layer, use_fused_kernels, cases: str
     are measured with the reference use_fused_kernels and kernels, not the learner's: this check grades the
     formula alone, so a broken fused GPT loses fused_gpt's points and not these too."""
     for case in _plan(SAVINGS_CASES, cases):
-        cfg = _savings_config(case.config)
-        want = measured_savings(cfg, case.batch, case.seq, case.dtype, reference.use_fused_kernels)
-        nbytes = torch.empty((), dtype=case.dtype).element_size()
-        what = (f"fusion_savings_per_layer(course-{case.config.replace('+', ' with ')}, batch={case.batch}, seq={case.seq}, "
-                f"dtype_bytes={nbytes})")
-        got = call_learner(fusion_savings_per_layer, cfg, case.batch, case.seq, nbytes, what=what)
-        if got != want:
-            tokens = case.batch * case.seq
-            raise CheckFailed(f"{what}: measured {want:,} bytes saved per layer ({want / tokens:g} per token), "
-                              f"you returned {got!r}")
+        _savings_case(fusion_savings_per_layer, _savings_config(case.config), f"course-{case.config.replace('+', ' with ')}",
+                      case.batch, case.seq, case.dtype)
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            from autograder.checks.activations import drawn_gpt
+            cfg = drawn_gpt(d).scaled(post_norms=d["post_norms"])
+            _savings_case(fusion_savings_per_layer, cfg, cfg.name + (" with post_norms" if d["post_norms"] else ""),
+                          d["batch"], d["seq"], BY_NAME[d["dtype"]])
+        grade_drawn(savings_domain(), "fusion_savings", DRAWN_SAVINGS_CASES, check_one)
+
+
+def savings_domain() -> dict:
+    """Every call the text allows on a small GPT (activation_bytes' models), post_norms or not, each dtype."""
+    from autograder.checks.activations import gpt_domain
+    return {**gpt_domain(), "post_norms": Choice(False, True), "batch": Sizes(1, 3, edges=(1,)),
+            "seq": Sizes(1, 40, edges=(1,)), "dtype": Choice(*DTYPE_NAMES)}
+
+
+DRAWN_SAVINGS_CASES = 3
+
+
+def _savings_case(fusion_savings_per_layer, cfg, name: str, batch: int, seq: int, dtype) -> None:
+    want = measured_savings(cfg, batch, seq, dtype, reference.use_fused_kernels)
+    nbytes = torch.empty((), dtype=dtype).element_size()
+    what = f"fusion_savings_per_layer({name}, batch={batch}, seq={seq}, dtype_bytes={nbytes})"
+    got = call_learner(fusion_savings_per_layer, cfg, batch, seq, nbytes, what=what)
+    if got != want:
+        raise CheckFailed(f"{what}: measured {want:,} bytes saved per layer ({want / (batch * seq):g} per token), "
+                          f"you returned {got!r}")
 
 
 # ------------------------------------------------------------------------------------------- axes

@@ -876,34 +876,50 @@ def check_int8_matmul_memory(int8_weight_matmul, cases: str = "visible") -> None
     for case in _plan(MATMUL_MEMORY_CASES, cases):
         if case.cpu_only and memfit.HAS_GPU:
             continue
-        m, n, k, dtype = case.m, case.n, case.k, DTYPES[case.dtype]
-        gen = seeded_generator(m + n)
-        x = torch.randn(m, k, generator=gen).to(memfit.DEVICE, dtype)
-        qw = reference_q8_0(weights("gaussian", (n, k), n).to(memfit.DEVICE, dtype))
-        what = f"int8_weight_matmul(M={m}, N={n}, K={k}, {_name(dtype)})"
-        _, report = measure_peak(lambda: call_learner(int8_weight_matmul, x, qw, what=what), device=memfit.DEVICE,
-                                 warmup=memfit.HAS_GPU)  # live meter: what the call caches counts as kept
-        w_hat_bytes = n * k * x.element_size()
-        out_bytes = m * n * x.element_size()
-        if report.largest_bytes is not None and report.largest_bytes >= w_hat_bytes // 2:
-            raise CheckFailed(f"{what}: a tensor of {format_bytes(report.largest_bytes)} existed during the call; the "
-                              f"dequantized weight is {format_bytes(w_hat_bytes)}: dequantize tiles in the kernel")
-        if report.largest_bytes is None and report.peak_bytes >= w_hat_bytes // 2:  # the CUDA meter sees totals only
-            raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} during the call is at least "
-                              f"half the dequantized weight ({format_bytes(w_hat_bytes)}): dequantize tiles in the "
-                              "kernel; no Ŵ, nor half of it, may exist at once")
-        # the text forbids a tensor the size of Ŵ; small copies (fp32 scales: an eighth of an fp32 Ŵ) are allowed
-        allowed = int(1.05 * out_bytes) + max(64 << 10, w_hat_bytes // 8)
-        if report.peak_bytes > allowed:
-            raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds the output "
-                              f"({format_bytes(out_bytes)}) + 5% + {format_bytes(allowed - int(1.05 * out_bytes))} "
-                              f"(an eighth of the dequantized weight, which would be {format_bytes(w_hat_bytes)})")
-        if report.kept_bytes > KEPT_SLACK:
-            raise CheckFailed(f"{what}: {format_bytes(report.kept_bytes)} stayed allocated after the call, beyond its "
-                              f"result (a dequantized weight is {format_bytes(w_hat_bytes)}): a cache of Ŵ is a copy "
-                              "of Ŵ; the call may keep nothing")
-        if report.meter == LIVE_TENSORS:
-            expect_no_torch_arithmetic(report.ops, what, "the matmul belongs in your kernel")
+        _matmul_memory_case(int8_weight_matmul, case.m, case.n, case.k, DTYPES[case.dtype])
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            k = 32 * d["k_blocks"]
+            if 2 * d["m"] >= k:
+                raise Impossible()  # the output would be half of Ŵ's size: nothing to tell a copy of Ŵ by
+            _matmul_memory_case(int8_weight_matmul, d["m"], d["n"], k, DTYPES[d["dtype"]])
+        grade_drawn(MATMUL_MEMORY_DOMAIN, "int8_matmul_memory", DRAWN_MATMUL_MEMORY_CASES, check_one)
+
+
+# Every size a CPU measures in seconds where the output is under half the dequantized weight (M < K / 2).
+MATMUL_MEMORY_DOMAIN = {"m": Sizes(1, 280, edges=(1, 16, 17, 65, 257)), "n": Sizes(32, 256, edges=(32,)),
+                        "k_blocks": Sizes(8, 18, edges=(8,)), "dtype": Choice(*PROFILE_DTYPES)}
+DRAWN_MATMUL_MEMORY_CASES = 2
+
+
+def _matmul_memory_case(int8_weight_matmul, m: int, n: int, k: int, dtype: torch.dtype) -> None:
+    gen = seeded_generator(m + n)
+    x = torch.randn(m, k, generator=gen).to(memfit.DEVICE, dtype)
+    qw = reference_q8_0(weights("gaussian", (n, k), n).to(memfit.DEVICE, dtype))
+    what = f"int8_weight_matmul(M={m}, N={n}, K={k}, {_name(dtype)})"
+    _, report = measure_peak(lambda: call_learner(int8_weight_matmul, x, qw, what=what), device=memfit.DEVICE,
+                             warmup=memfit.HAS_GPU)  # live meter: what the call caches counts as kept
+    w_hat_bytes = n * k * x.element_size()
+    out_bytes = m * n * x.element_size()
+    if report.largest_bytes is not None and report.largest_bytes >= w_hat_bytes // 2:
+        raise CheckFailed(f"{what}: a tensor of {format_bytes(report.largest_bytes)} existed during the call; the "
+                          f"dequantized weight is {format_bytes(w_hat_bytes)}: dequantize tiles in the kernel")
+    if report.largest_bytes is None and report.peak_bytes >= w_hat_bytes // 2:  # the CUDA meter sees totals only
+        raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} during the call is at least "
+                          f"half the dequantized weight ({format_bytes(w_hat_bytes)}): dequantize tiles in the "
+                          "kernel; no Ŵ, nor half of it, may exist at once")
+    # the text forbids a tensor the size of Ŵ; small copies (fp32 scales: an eighth of an fp32 Ŵ) are allowed
+    allowed = int(1.05 * out_bytes) + max(64 << 10, w_hat_bytes // 8)
+    if report.peak_bytes > allowed:
+        raise CheckFailed(f"{what}: peak extra memory {format_bytes(report.peak_bytes)} exceeds the output "
+                          f"({format_bytes(out_bytes)}) + 5% + {format_bytes(allowed - int(1.05 * out_bytes))} "
+                          f"(an eighth of the dequantized weight, which would be {format_bytes(w_hat_bytes)})")
+    if report.kept_bytes > KEPT_SLACK:
+        raise CheckFailed(f"{what}: {format_bytes(report.kept_bytes)} stayed allocated after the call, beyond its "
+                          f"result (a dequantized weight is {format_bytes(w_hat_bytes)}): a cache of Ŵ is a copy "
+                          "of Ŵ; the call may keep nothing")
+    if report.meter == LIVE_TENSORS:
+        expect_no_torch_arithmetic(report.ops, what, "the matmul belongs in your kernel")
 
 
 # ------------------------------------------------------------------------------ 8-bit optimizer states
