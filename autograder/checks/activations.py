@@ -7,7 +7,7 @@ import torch
 import memfit
 from autograder.checks import (Check, CheckFailed, call_learner, check_cases, select, expect_value_error,
                                given_references, skip)
-from autograder.checks.domain import Choice, Sizes, grade_drawn
+from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
 from autograder.checks.references import reference
 from memfit.gpt import COURSE_CONFIGS, GPTConfig
 from memfit.meter import format_bytes
@@ -277,7 +277,21 @@ def check_predict_peak_gpu(predict_peak, cases: str = "visible") -> None:
         errors.append(_check_peak(predict_peak, GPU_CONFIGS[name], batch, seq, precision, optimizer, recompute,
                                   "cuda", GPU_TOLERANCE))
         torch.cuda.empty_cache()
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            if d["batch"] * d["seq"] > 8192:
+                raise Impossible()  # (the fixed cases' most tokens a step: what a T4's 15 GB trains medium with)
+            errors.append(_check_peak(predict_peak, GPU_CONFIGS[d["model"]], d["batch"], d["seq"], d["precision"],
+                                      d["optimizer"], d["recompute"], "cuda", GPU_TOLERANCE))
+            torch.cuda.empty_cache()
+        grade_drawn({"model": Choice(*GPU_CONFIGS), "batch": Sizes(1, 8, edges=(1,)),
+                     "seq": Sizes(64, 2048, edges=(64, 2048)), "precision": Choice(*gpu_precisions()),
+                     "optimizer": Choice("adamw", "sgd"), "recompute": Choice("none", "selective", "full")},
+                    "predict_peak_gpu", DRAWN_GPU_PEAK_CASES, check_one)
     print(f"predict_peak on the GPU: {len(errors)} configurations, largest error {max(map(abs, errors)):.2%}")
+
+
+DRAWN_GPU_PEAK_CASES = 6  # any step of the course's small and medium models the text allows, on the GPU
 
 
 # --------------------------------------------------------------------------------- max_micro_batch

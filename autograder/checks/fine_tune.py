@@ -888,33 +888,67 @@ def _step_fields(got, what: str):
     return got.peak, dict(got.states)
 
 
+def fake_domain() -> dict:
+    """Every step the text allows that a CPU also runs on real tensors in a moment: a small GPT (lesson 02's drawn
+    ones), trained in full in each precision and recomputation or with LoRA adapters of any rank on a base of each
+    dtype, any batch and sequence length."""
+    from autograder.checks.activations import gpt_domain
+    return {**gpt_domain(), "recipe": Choice("full", "LoRA"), "precision": Choice("fp32", "amp", "bf16"),
+            "recompute": Choice("none", "selective", "full"), "r": Sizes(1, 16, edges=(1,)),
+            "base_dtype": Choice("float32", "bfloat16"), "batch": Sizes(1, 3, edges=(1,)),
+            "seq": Sizes(1, 64, edges=(1,))}
+
+
+DRAWN_FAKE_CASES = 2
+
+
+def _drawn_fake_case(d: dict) -> FakeCase:
+    from autograder.checks.activations import drawn_gpt
+    cfg = drawn_gpt(d)
+    if d["recipe"] == "LoRA":
+        base = getattr(torch, d["base_dtype"])
+        make = lambda: reference.lora_trainer(cfg, d["r"], base_dtype=base, device="cpu")  # noqa: E731
+        label = f"{cfg.name}, LoRA r={d['r']}, {d['base_dtype']} base"
+    else:
+        make = _trainer(cfg, d["precision"], d["recompute"])
+        label = f"{cfg.name}, {d['precision']}, recompute={d['recompute']}"
+    return FakeCase(label, make, d["batch"], d["seq"], hidden=True, recipe=d["recipe"])
+
+
 def check_fake_step_memory(fake_step_memory, cases: str = "visible") -> None:
+    for case in _plan(FAKE_CASES, cases):
+        _fake_case(fake_step_memory, case)
+    if check_cases(cases)[1]:
+        grade_drawn(fake_domain(), "fake_step_memory", DRAWN_FAKE_CASES,
+                    lambda d: _fake_case(fake_step_memory, _drawn_fake_case(d)))
+
+
+def _fake_case(fake_step_memory, case: FakeCase) -> None:
     from memfit.from_lessons.activations import predict_peak
     from memfit.training import measure_step
-    for case in _plan(FAKE_CASES, cases):
-        what = f"fake_step_memory({case.label}, batch={case.batch}, seq={case.seq})"
-        with _RealAllocations():  # (a kernel launched on fake tensors outside FakeTensors says so: memfit.fake)
-            got = call_learner(fake_step_memory, case.make, case.batch, case.seq, what=what)
-        peak, states = _step_fields(got, what)
-        if case.real:
-            real = measure_step(case.make(), case.batch, case.seq, meter=LIVE_TENSORS)
-            if states != real.states:
-                raise CheckFailed(f"{what}: states {states} differ from the real step's {real.states}")
-            if peak != real.peak:
-                raise CheckFailed(f"{what}: peak {peak:,} B, the same step on real tensors {real.peak:,} B: measure the "
-                                  "steady-state step as measure_step does (the warm-up step creates the optimizer's "
-                                  "states), with the live-tensor meter")
-        if not case.real and not case.formula:
-            want = reference.fake_step_memory(case.make, case.batch, case.seq)
-            if (peak, states) != (want.peak, dict(want.states)):
-                raise CheckFailed(f"{what}: peak {peak:,} B and states {states}; the step measured on fake tensors "
-                                  f"as measure_step measures it: peak {want.peak:,} B, states {dict(want.states)}")
-        if case.formula:
-            cfg, precision, recompute = case.formula
-            want = predict_peak(cfg, case.batch, case.seq, precision, "adamw", recompute)["peak"]
-            if abs(peak / want - 1) > 0.02:
-                raise CheckFailed(f"{what}: peak {format_bytes(peak)}, lesson 02's formula {format_bytes(want)} "
-                                  f"({peak / want - 1:+.1%}; the two agree within 2% on these models)")
+    what = f"fake_step_memory({case.label}, batch={case.batch}, seq={case.seq})"
+    with _RealAllocations():  # (a kernel launched on fake tensors outside FakeTensors says so: memfit.fake)
+        got = call_learner(fake_step_memory, case.make, case.batch, case.seq, what=what)
+    peak, states = _step_fields(got, what)
+    if case.real:
+        real = measure_step(case.make(), case.batch, case.seq, meter=LIVE_TENSORS)
+        if states != real.states:
+            raise CheckFailed(f"{what}: states {states} differ from the real step's {real.states}")
+        if peak != real.peak:
+            raise CheckFailed(f"{what}: peak {peak:,} B, the same step on real tensors {real.peak:,} B: measure the "
+                              "steady-state step as measure_step does (the warm-up step creates the optimizer's "
+                              "states), with the live-tensor meter")
+    if not case.real and not case.formula:
+        want = reference.fake_step_memory(case.make, case.batch, case.seq)
+        if (peak, states) != (want.peak, dict(want.states)):
+            raise CheckFailed(f"{what}: peak {peak:,} B and states {states}; the step measured on fake tensors "
+                              f"as measure_step measures it: peak {want.peak:,} B, states {dict(want.states)}")
+    if case.formula:
+        cfg, precision, recompute = case.formula
+        want = predict_peak(cfg, case.batch, case.seq, precision, "adamw", recompute)["peak"]
+        if abs(peak / want - 1) > 0.02:
+            raise CheckFailed(f"{what}: peak {format_bytes(peak)}, lesson 02's formula {format_bytes(want)} "
+                              f"({peak / want - 1:+.1%}; the two agree within 2% on these models)")
 
 
 # ------------------------------------------------------------------------------------------------ plan

@@ -523,17 +523,31 @@ def check_scaled_add_gpu(scaled_add, cases: str = "visible") -> None:
                     "memory measured by the CUDA allocator)")
     plan = _plan(_gpu_cases(), cases)
     for seed, case in enumerate(plan):
-        dtype = case.dtype()
-        gen = seeded_generator(100 + seed)
-        x = torch.randn(case.shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
-        y = torch.randn(case.shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
-        alpha = float(torch.empty(()).uniform_(-2, 2, generator=gen))
-        _check_one(scaled_add, x, y, alpha, _describe(case.shape, dtype, alpha))
-        del x, y
-        fresh = case.shape[:-1] + (case.shape[-1] + 1,)  # a shape the numerics did not use: a cache would show
-        _check_memory(scaled_add, [(fresh, dtype, False, "separate tensors"), (fresh, dtype, True, "separate tensors")])
+        _gpu_case(scaled_add, case.shape, case.dtype(), 100 + seed)
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            shape = (d["n"],) if d["rank"] == 1 else (d["rows"], -(-d["n"] // d["rows"]))
+            _gpu_case(scaled_add, shape, getattr(torch, d["dtype"]), d["seed"])
+        n = memfit.size("first_kernel")["n_check_large"]
+        grade_drawn({"n": Sizes(1, 2 * n, edges=(1, _block() - 1, _block() + 1, n)), "rank": Choice(1, 2),
+                     "rows": Sizes(1, 4096, edges=(1,)), "dtype": Choice(*(dtype_name(d) for d in memfit.profile().dtypes))},
+                    "scaled_add_gpu", DRAWN_GPU_CASES, check_one)
     print(f"scaled_add: GPU checks passed ({', '.join(dtype_name(c.dtype()) for c in plan)}, "
           f"shapes {', '.join(str(c.shape) for c in plan)})")
+
+
+DRAWN_GPU_CASES = 4  # any size up to twice the fixed cases' ~16M elements, rank 1 or 2, each dtype the card has
+
+
+def _gpu_case(scaled_add, shape: tuple, dtype: torch.dtype, seed: int) -> None:
+    gen = seeded_generator(seed)
+    x = torch.randn(shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
+    y = torch.randn(shape, generator=gen).to(dtype=dtype, device=memfit.DEVICE)
+    alpha = float(torch.empty(()).uniform_(-2, 2, generator=gen))
+    _check_one(scaled_add, x, y, alpha, _describe(shape, dtype, alpha))
+    del x, y
+    fresh = shape[:-1] + (shape[-1] + 1,)  # a shape the numerics did not use: a cache would show
+    _check_memory(scaled_add, [(fresh, dtype, False, "separate tensors"), (fresh, dtype, True, "separate tensors")])
 
 
 # ------------------------------------------------------------------------------------------- axes
