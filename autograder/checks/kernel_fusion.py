@@ -745,47 +745,13 @@ def check_fused_gpt(use_fused_kernels, cases: str = "visible") -> dict:
     (as after training); the activations block 0 keeps for backward, against the reference fused modules; a
     loss curve of 12 AdamW steps. Returns the curves it compared: {"course-tiny": {"eager": [...], "fused": [...]}}."""
     curves = {}
-    from memfit.gpt import COURSE_CONFIGS, GPT, RMSNorm, SwiGLU
-    from memfit.training import random_batch
+    from memfit.gpt import COURSE_CONFIGS, GPT
     for case in _plan(GPT_CASES, cases):
         name = case.config
         cfg = COURSE_CONFIGS[name]
-        torch.manual_seed(drawn(0))
-        eager = GPT(cfg).to(memfit.DEVICE)
-        gen = seeded_generator(1)
-        with torch.no_grad():
-            for module in eager.modules():
-                if isinstance(module, RMSNorm):
-                    module.weight.copy_(1 + 0.5 * torch.randn(module.weight.shape, generator=gen))
-        fused = _swapped(use_fused_kernels, copy.deepcopy(eager), f"course-{name}")
+        eager, fused = _one_step_alike(use_fused_kernels, cfg, f"course-{name}", drawn(0))
         # and a Gemma-2 block, whose post-norms are RMSNorms too (swapped only: no step)
         _swapped(use_fused_kernels, GPT(cfg.scaled(post_norms=True)).to(memfit.DEVICE), f"course-{name} with post_norms")
-        # Gradients of one step, parameter by parameter.
-        idx, targets = random_batch(cfg, 2, 16, memfit.DEVICE, seed=99)
-        eager(idx, targets).backward()
-        try:
-            loss = call_learner(lambda: fused(idx, targets), what=f"the fused course-{name} forward")
-            call_learner(loss.backward, what=f"the fused course-{name} backward")
-        except NotImplementedYet:
-            raise NotImplementedYet("the fused modules call your kernels (rmsnorm_forward, rmsnorm_backward, "
-                                    "swiglu_forward, swiglu_backward), and one is not implemented yet") from None
-        for (pname, p), q in zip(eager.named_parameters(), fused.parameters()):
-            if q.grad is None:
-                raise CheckFailed(f"course-{name}: {pname} got no gradient through the fused modules")
-            err = ((q.grad - p.grad).abs().max() / p.grad.abs().max().clamp_min(1e-12)).item()
-            if err > 1e-4:
-                raise CheckFailed(f"course-{name}: the gradient of {pname} differs from eager PyTorch by {err:.1e} "
-                                  "(relative to its largest entry; allowed 1e-4; norm weights not all ones)")
-        eager.zero_grad(set_to_none=True)
-        fused.zero_grad(set_to_none=True)
-        # What the fused block keeps for backward: no more than the reference fused modules keep.
-        kept = call_learner(_block0_activation_bytes, fused, idx, targets,
-                            what=f"the fused course-{name} forward")
-        needed = _block0_activation_bytes(reference.use_fused_kernels(copy.deepcopy(eager)), idx, targets)
-        if kept > needed:
-            raise CheckFailed(f"course-{name}: block 0 keeps {kept:,} bytes of activations for backward with your "
-                              f"fused modules, the fused kernels need {needed:,}: RMSNorm keeps x and rstd, SwiGLU "
-                              "keeps gate_up (silu(gate) is recomputed in backward, not saved)")
         # AdamW divides by the gradients' running size, so rounding grows over the steps at a rate that depends on
         # the draw: the curve may part from eager's by 0.1%, or (on a draw where that is too tight) by 3x as much as
         # the reference fused kernels' curve parts from it on the same draw (another right rounding).
@@ -802,7 +768,60 @@ def check_fused_gpt(use_fused_kernels, cases: str = "visible") -> dict:
                               f"{b[worst]:.5f}, allowed {allowed[worst]:.5f} (0.1%, or 3x as far as the reference "
                               "fused kernels' curve)")
         curves[f"course-{name}"] = {"eager": a, "fused": b}
+    if check_cases(cases)[1]:
+        def check_one(d: dict) -> None:
+            from autograder.checks.activations import drawn_gpt
+            cfg = drawn_gpt(d).scaled(post_norms=d["post_norms"])
+            _one_step_alike(use_fused_kernels, cfg, cfg.name + (" with post_norms" if d["post_norms"] else ""),
+                            d["seed"])
+        from autograder.checks.activations import gpt_domain
+        grade_drawn({**gpt_domain(), "post_norms": Choice(False, True)}, "fused_gpt", DRAWN_GPT_CASES, check_one)
     return curves
+
+
+DRAWN_GPT_CASES = 2  # small GPTs (lesson 02's drawn ones), post_norms or not: one step's gradients and kept bytes
+
+
+def _one_step_alike(use_fused_kernels, cfg, name: str, seed: int):
+    """(eager, fused) after one step of each with norm weights that are not all ones: every parameter's gradient the
+    same within 1e-4 of its largest entry, and block 0 keeping no more for backward than the reference fused
+    modules. Both come back with no gradients."""
+    from memfit.gpt import GPT, RMSNorm
+    from memfit.training import random_batch
+    torch.manual_seed(seed)
+    eager = GPT(cfg).to(memfit.DEVICE)
+    gen = seeded_generator(1)
+    with torch.no_grad():
+        for module in eager.modules():
+            if isinstance(module, RMSNorm):
+                module.weight.copy_(1 + 0.5 * torch.randn(module.weight.shape, generator=gen))
+    fused = _swapped(use_fused_kernels, copy.deepcopy(eager), name)
+    # Gradients of one step, parameter by parameter.
+    idx, targets = random_batch(cfg, 2, 16, memfit.DEVICE, seed=99)
+    eager(idx, targets).backward()
+    try:
+        loss = call_learner(lambda: fused(idx, targets), what=f"the fused {name} forward")
+        call_learner(loss.backward, what=f"the fused {name} backward")
+    except NotImplementedYet:
+        raise NotImplementedYet("the fused modules call your kernels (rmsnorm_forward, rmsnorm_backward, "
+                                "swiglu_forward, swiglu_backward), and one is not implemented yet") from None
+    for (pname, p), q in zip(eager.named_parameters(), fused.parameters()):
+        if q.grad is None:
+            raise CheckFailed(f"{name}: {pname} got no gradient through the fused modules")
+        err = ((q.grad - p.grad).abs().max() / p.grad.abs().max().clamp_min(1e-12)).item()
+        if err > 1e-4:
+            raise CheckFailed(f"{name}: the gradient of {pname} differs from eager PyTorch by {err:.1e} "
+                              "(relative to its largest entry; allowed 1e-4; norm weights not all ones)")
+    eager.zero_grad(set_to_none=True)
+    fused.zero_grad(set_to_none=True)
+    # What the fused block keeps for backward: no more than the reference fused modules keep.
+    kept = call_learner(_block0_activation_bytes, fused, idx, targets, what=f"the fused {name} forward")
+    needed = _block0_activation_bytes(reference.use_fused_kernels(copy.deepcopy(eager)), idx, targets)
+    if kept > needed:
+        raise CheckFailed(f"{name}: block 0 keeps {kept:,} bytes of activations for backward with your "
+                          f"fused modules, the fused kernels need {needed:,}: RMSNorm keeps x and rstd, SwiGLU "
+                          "keeps gate_up (silu(gate) is recomputed in backward, not saved)")
+    return eager, fused
 
 
 # ------------------------------------------------------------------------------------ savings

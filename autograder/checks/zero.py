@@ -625,39 +625,53 @@ def _formula_total(zero_bytes_per_rank, stage: int, numel: int, n: int) -> dict:
     return got["total"]
 
 
+def _simulated_ranks_case(ZeroAdamW, zero_bytes_per_rank, n: int, run_stages: tuple) -> None:
+    """course-micro trained one step on n simulated ranks at each of run_stages: weights equal to unsharded AdamW,
+    each rank's bytes at rest as the stage keeps them; and the learner's zero_bytes_per_rank at every stage."""
+    from memfit.zero import reference_training, train_ranks
+    micro = _micro_config()
+    small = _numel_of(micro)
+    want = reference_training(n, cfg=micro, steps=1, opt_args=OPT_ARGS)
+    for stage in run_stages:
+        reports = _simulate(ZeroAdamW, n, stage, fn=lambda comm: train_ranks(
+            ZeroAdamW, comm, stage, cfg=micro, steps=1, opt_args=OPT_ARGS))
+        if not torch.equal(reports[0].final, want):
+            raise CheckFailed(f"stage {stage}, {n} simulated ranks, {small:,} parameters: the parameters differ "
+                              f"from unsharded AdamW: {_stage_hint(stage)}")
+        truth = _ref().zero_bytes_per_rank(stage, small, n, 4, 4, 8)["total"]
+        for rep in reports:
+            if rep.at_rest != truth:
+                divides = "divides it" if small % n == 0 else "does not divide it"
+                raise CheckFailed(f"stage {stage}, {n} simulated ranks, {small:,} parameters ({n} {divides}), "
+                                  f"rank {rep.rank}: {rep.at_rest:,} bytes alive after a step "
+                                  f"(measured), but the stage keeps {truth:,} (full buffers padded to "
+                                  f"{n} x ceil({small:,}/{n})): {_stage_hint(stage)}")
+    for stage in range(4):
+        truth = _ref().zero_bytes_per_rank(stage, small, n, 4, 4, 8)["total"]
+        predicted = _formula_total(zero_bytes_per_rank, stage, small, n)
+        if predicted != truth:
+            raise CheckFailed(f"stage {stage}, {n} ranks, {small:,} parameters: a rank keeps {truth:,} bytes at "
+                              f"rest (measured alike), your zero_bytes_per_rank predicts {predicted:,} (shards "
+                              f"of ceil(numel / world_size), full buffers padded)")
+
+
+DRAWN_GLOO_CASES = 2
+
+
 def check_zero_on_gloo(ZeroAdamW, zero_bytes_per_rank, cases: str = "visible") -> None:
     """The learner's optimizer on two gloo processes: weights equal to the reference, memory as predicted; and on
     simulated ranks that do not divide the parameter count, memory as predicted."""
     from memfit.dist import DistributedFailure
     from memfit.gpt import COURSE_CONFIGS
-    from memfit.zero import FlatModel, reference_training, run_distributed_stages, single_rank, train_ranks
+    from memfit.zero import FlatModel, run_distributed_stages, single_rank
     numel = FlatModel.of(COURSE_CONFIGS[TINY]).numel
-    micro = _micro_config()
-    small = _numel_of(micro)
     plan = _select(_plan_zero_on_gloo(), cases)
     for case in [c for c in plan if c.kind == "simulated"]:  # quick, so first
-        n, run_stages = case.args
-        want = reference_training(n, cfg=micro, steps=1, opt_args=OPT_ARGS)
-        for stage in run_stages:
-            reports = _simulate(ZeroAdamW, n, stage, fn=lambda comm: train_ranks(
-                ZeroAdamW, comm, stage, cfg=micro, steps=1, opt_args=OPT_ARGS))
-            if not torch.equal(reports[0].final, want):
-                raise CheckFailed(f"stage {stage}, {n} simulated ranks, {small:,} parameters: the parameters differ "
-                                  f"from unsharded AdamW: {_stage_hint(stage)}")
-            truth = _ref().zero_bytes_per_rank(stage, small, n, 4, 4, 8)["total"]
-            for rep in reports:
-                if rep.at_rest != truth:
-                    raise CheckFailed(f"stage {stage}, {n} simulated ranks, {small:,} parameters ({n} does not "
-                                      f"divide it), rank {rep.rank}: {rep.at_rest:,} bytes alive after a step "
-                                      f"(measured), but the stage keeps {truth:,} (full buffers padded to "
-                                      f"{n} x ceil({small:,}/{n})): {_stage_hint(stage)}")
-        for stage in range(4):
-            truth = _ref().zero_bytes_per_rank(stage, small, n, 4, 4, 8)["total"]
-            predicted = _formula_total(zero_bytes_per_rank, stage, small, n)
-            if predicted != truth:
-                raise CheckFailed(f"stage {stage}, {n} ranks, {small:,} parameters: a rank keeps {truth:,} bytes at "
-                                  f"rest (measured alike), your zero_bytes_per_rank predicts {predicted:,} (shards "
-                                  f"of ceil(numel / world_size), full buffers padded)")
+        _simulated_ranks_case(ZeroAdamW, zero_bytes_per_rank, *case.args)
+    if check_cases(cases)[1]:  # drawn on simulated ranks: a gloo case starts processes (seconds each)
+        grade_drawn({"world_size": Sizes(2, 9, edges=(2, 3)), "stage": Choice(0, 1, 2, 3)}, "zero_on_gloo",
+                    DRAWN_GLOO_CASES, lambda d: _simulated_ranks_case(ZeroAdamW, zero_bytes_per_rank,
+                                                                      d["world_size"], (d["stage"],)))
     gloo_stages = [c.args[0] for c in plan if c.kind == "gloo"]
     for stage in gloo_stages:
         with given_references(ZeroAdamW, **_what_shard_bounds_is()):
