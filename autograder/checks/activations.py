@@ -8,6 +8,7 @@ import memfit
 from autograder.checks import (Check, CheckFailed, call_learner, check_cases, select, expect_value_error,
                                given_references, skip)
 from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
+from autograder.checks.model_states import drawn_gpt, gpt_domain
 from autograder.checks.references import reference
 from memfit.gpt import COURSE_CONFIGS, GPTConfig
 from memfit.meter import format_bytes
@@ -74,21 +75,6 @@ def activation_domain() -> dict:
     length, each precision and recomputation."""
     return {**gpt_domain(), "batch": Sizes(1, 4, edges=(1,)), "seq": Sizes(1, 96, edges=(1, 2)),
             "precision": Choice("fp32", "amp", "bf16"), "recompute": Choice("none", "selective", "full")}
-
-
-def gpt_domain() -> dict:
-    return {"kv_heads": Sizes(1, 4, edges=(1,)), "group": Sizes(1, 4, edges=(1,)),
-            "head_dim": Choice(8, 2, 4, 16, 24), "ffn_hidden": Sizes(1, 200, edges=(1,)),
-            "vocab_size": Sizes(2, 400, edges=(2,)), "tie_embeddings": Choice(False, True)}
-
-
-def drawn_gpt(d: dict) -> GPTConfig:
-    """A two-layer GPT from gpt_domain()'s draw (two blocks: the meter counts one block as two minus one)."""
-    heads = d["kv_heads"] * d["group"]
-    return GPTConfig(vocab_size=d["vocab_size"], d_model=heads * d["head_dim"], n_layers=2, n_heads=heads,
-                     n_kv_heads=d["kv_heads"], ffn_hidden=d["ffn_hidden"], tie_embeddings=d["tie_embeddings"],
-                     name=f"a drawn GPT (d_model {heads * d['head_dim']}, {heads} heads over {d['kv_heads']} kv, "
-                          f"ffn {d['ffn_hidden']}, vocab {d['vocab_size']}{', tied' if d['tie_embeddings'] else ''})")
 
 
 DRAWN_ACTIVATION_CASES = 6

@@ -23,7 +23,7 @@ import memfit
 import memfit.from_lessons.fine_tune as reference  # imported before the grading child's guards go up
 from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, select, expect_value_error
 from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
-from autograder.checks.model_states import _drawn_config, count_domain
+from autograder.checks.model_states import _drawn_config, count_domain, drawn_gpt, gpt_domain
 from autograder.checks.numerics import (assert_close_by_rule, case_dtypes, dtype_name, expect_like, seeded_generator,
                                         seeded_randn, summation_bound)
 from memfit.gpt import COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, GPTConfig, unique_parameters
@@ -892,7 +892,6 @@ def fake_domain() -> dict:
     """Every step the text allows that a CPU also runs on real tensors in a moment: a small GPT (lesson 02's drawn
     ones), trained in full in each precision and recomputation or with LoRA adapters of any rank on a base of each
     dtype, any batch and sequence length."""
-    from autograder.checks.activations import gpt_domain
     return {**gpt_domain(), "recipe": Choice("full", "LoRA"), "precision": Choice("fp32", "amp", "bf16"),
             "recompute": Choice("none", "selective", "full"), "r": Sizes(1, 16, edges=(1,)),
             "base_dtype": Choice("float32", "bfloat16"), "batch": Sizes(1, 3, edges=(1,)),
@@ -903,7 +902,6 @@ DRAWN_FAKE_CASES = 2
 
 
 def _drawn_fake_case(d: dict) -> FakeCase:
-    from autograder.checks.activations import drawn_gpt
     cfg = drawn_gpt(d)
     if d["recipe"] == "LoRA":
         base = getattr(torch, d["base_dtype"])

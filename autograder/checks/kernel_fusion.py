@@ -29,6 +29,7 @@ import memfit
 import memfit.from_lessons.kernel_fusion as reference  # noqa: F401  (imported before the grading guards go up)
 from autograder.checks import Check, CheckFailed, KernelSpec, NotImplementedYet, call_learner, check_cases, select
 from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
+from autograder.checks.model_states import drawn_gpt, gpt_domain
 from autograder.checks.launches import differs_in_another_order, launched_warps
 from autograder.checks.numerics import (allocated_bytes, assert_close_by_rule, call_pure, check_guards, expect_like,
                                         expect_no_torch_arithmetic, guarded_allocations, guarded_empty,
@@ -770,11 +771,9 @@ def check_fused_gpt(use_fused_kernels, cases: str = "visible") -> dict:
         curves[f"course-{name}"] = {"eager": a, "fused": b}
     if check_cases(cases)[1]:
         def check_one(d: dict) -> None:
-            from autograder.checks.activations import drawn_gpt
             cfg = drawn_gpt(d).scaled(post_norms=d["post_norms"])
             _one_step_alike(use_fused_kernels, cfg, cfg.name + (" with post_norms" if d["post_norms"] else ""),
                             d["seed"])
-        from autograder.checks.activations import gpt_domain
         grade_drawn({**gpt_domain(), "post_norms": Choice(False, True)}, "fused_gpt", DRAWN_GPT_CASES, check_one)
     return curves
 
@@ -875,7 +874,6 @@ def check_fusion_savings(fusion_savings_per_layer, use_fused_kernels, cases: str
                       case.batch, case.seq, case.dtype)
     if check_cases(cases)[1]:
         def check_one(d: dict) -> None:
-            from autograder.checks.activations import drawn_gpt
             cfg = drawn_gpt(d).scaled(post_norms=d["post_norms"])
             _savings_case(fusion_savings_per_layer, cfg, cfg.name + (" with post_norms" if d["post_norms"] else ""),
                           d["batch"], d["seq"], BY_NAME[d["dtype"]])
@@ -884,7 +882,6 @@ def check_fusion_savings(fusion_savings_per_layer, use_fused_kernels, cases: str
 
 def savings_domain() -> dict:
     """Every call the text allows on a small GPT (activation_bytes' models), post_norms or not, each dtype."""
-    from autograder.checks.activations import gpt_domain
     return {**gpt_domain(), "post_norms": Choice(False, True), "batch": Sizes(1, 3, edges=(1,)),
             "seq": Sizes(1, 40, edges=(1,)), "dtype": Choice(*DTYPE_NAMES)}
 

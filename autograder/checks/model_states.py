@@ -106,6 +106,23 @@ def count_domain() -> dict:
 DRAWN_COUNT_CASES = 20
 
 
+def gpt_domain() -> dict:
+    """Small GPTs a CPU runs a step of in a moment (lessons 02, 04 and 08 measure drawn ones): heads in groups over
+    the KV heads (MHA, GQA, MQA), head dims RoPE takes (even), any FFN and vocabulary size, tied or not."""
+    return {"kv_heads": Sizes(1, 4, edges=(1,)), "group": Sizes(1, 4, edges=(1,)),
+            "head_dim": Choice(8, 2, 4, 16, 24), "ffn_hidden": Sizes(1, 200, edges=(1,)),
+            "vocab_size": Sizes(2, 400, edges=(2,)), "tie_embeddings": Choice(False, True)}
+
+
+def drawn_gpt(d: dict) -> GPTConfig:
+    """A two-layer GPT from gpt_domain()'s draw (two blocks: the meter counts one block as two minus one)."""
+    heads = d["kv_heads"] * d["group"]
+    return GPTConfig(vocab_size=d["vocab_size"], d_model=heads * d["head_dim"], n_layers=2, n_heads=heads,
+                     n_kv_heads=d["kv_heads"], ffn_hidden=d["ffn_hidden"], tie_embeddings=d["tie_embeddings"],
+                     name=f"a drawn GPT (d_model {heads * d['head_dim']}, {heads} heads over {d['kv_heads']} kv, "
+                          f"ffn {d['ffn_hidden']}, vocab {d['vocab_size']}{', tied' if d['tie_embeddings'] else ''})")
+
+
 def _drawn_config(case: dict) -> GPTConfig:
     heads = case["kv_heads"] * case["group"]
     return GPTConfig(vocab_size=case["vocab_size"], d_model=heads * case["head_dim"], n_layers=case["n_layers"],
