@@ -8,14 +8,15 @@ import pytest
 from course import ROOT, course_env
 from course.lessons import lessons
 from autograder.checks import CheckFailed, checks_for, references
-from autograder.checks.activations import PEAK_CASES, check_predict_peak
+from autograder.checks.activations import DRAWN_PEAK_CASES, PEAK_CASES, check_predict_peak
 from memfit.from_lessons import activations as reference_code
 from tests.mutants import activations as mutants
 
 pytestmark = pytest.mark.xdist_group("references")  # its module fixtures are built once, on one worker
 
 
-CASES = len({case for kind in ("visible", "hidden") for case in PEAK_CASES[kind]})  # the measurements recorded
+# the measurements recorded: one per visible or hidden case, and one per case drawn with the class's hidden seed
+CASES = len({case for kind in ("visible", "hidden") for case in PEAK_CASES[kind]}) + DRAWN_PEAK_CASES
 
 
 @pytest.fixture
@@ -50,7 +51,7 @@ def test_only_lessons_that_ask_for_references_compute_them():
 def test_recording_keeps_every_measured_peak_of_the_check(recorded_02):
     with open(recorded_02, "rb") as f:
         values = pickle.load(f)
-    assert len(values) == CASES and all(k.startswith("predict_peak ") for k in values)  # one per visible or hidden case
+    assert len(values) == CASES and all(k.startswith("predict_peak ") for k in values)
     assert all(v.peak > 0 for v in values.values())
 
 
