@@ -7,7 +7,6 @@ reference of another.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
