@@ -23,7 +23,7 @@ import memfit
 import memfit.from_lessons.fine_tune as reference  # imported before the grading child's guards go up
 from autograder.checks import Check, CheckFailed, KernelSpec, call_learner, check_cases, select, expect_value_error
 from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
-from autograder.checks.model_states import _drawn_config, count_domain, drawn_gpt, gpt_domain
+from autograder.checks.model_states import count_domain, drawn_config, drawn_gpt, gpt_domain
 from autograder.checks.numerics import (assert_close_by_rule, case_dtypes, dtype_name, expect_like, seeded_generator,
                                         seeded_randn, summation_bound)
 from memfit.gpt import COURSE_CONFIGS, GPT, LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, GPTConfig, unique_parameters
@@ -206,7 +206,7 @@ def check_lora_state_bytes(lora_state_bytes, cases: str = "visible") -> None:
     if check_cases(cases)[1]:
         def check_one(drawn: dict) -> None:
             targets = tuple(t for t in reference.LORA_TARGETS if t in drawn["targets"].split("+"))
-            case = LoraBytesCase(_drawn_config(drawn), drawn["r"], targets, getattr(torch, drawn["base_dtype"]), True)
+            case = LoraBytesCase(drawn_config(drawn), drawn["r"], targets, getattr(torch, drawn["base_dtype"]), True)
             got = call_learner(lora_state_bytes, case.cfg, case.r, case.targets, case.base_dtype, what=case.what())
             _compare_lora_bytes(got, expected_lora_bytes(case.cfg, case.r, case.targets, case.base_dtype), case,
                                 "the model built with the adapters")

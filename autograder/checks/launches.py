@@ -16,7 +16,7 @@ import torch
 
 import memfit
 from autograder.checks.gpu_compile import _from_learner
-from autograder.checks.numerics import _same_bits
+from autograder.checks.numerics import same_bits
 
 DEFAULT_WARPS = 4  # Triton's num_warps when a launch does not give one
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -52,7 +52,7 @@ def differs_in_another_order(fn, args: tuple, first, names: tuple[str, ...]) -> 
         with programs_in_another_order():
             again = fn(*args)
         for name, a, b in zip(names, first, again):
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and not _same_bits(a, b):
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and not same_bits(a, b):
                 return name
     return None
 

@@ -114,20 +114,20 @@ def gpt_domain() -> dict:
             "vocab_size": Sizes(2, 400, edges=(2,)), "tie_embeddings": Choice(False, True)}
 
 
-def drawn_gpt(d: dict) -> GPTConfig:
-    """A two-layer GPT from gpt_domain()'s draw (two blocks: the meter counts one block as two minus one)."""
+def drawn_gpt(d: dict, n_layers: int = 2, name: str | None = None) -> GPTConfig:
+    """A GPT from a draw of gpt_domain() or count_domain(): two layers unless told (two blocks: the meter counts one
+    block as two minus one), named by its sizes unless told."""
     heads = d["kv_heads"] * d["group"]
-    return GPTConfig(vocab_size=d["vocab_size"], d_model=heads * d["head_dim"], n_layers=2, n_heads=heads,
+    name = name or (f"a drawn GPT (d_model {heads * d['head_dim']}, {heads} heads over {d['kv_heads']} kv, "
+                    f"ffn {d['ffn_hidden']}, vocab {d['vocab_size']}{', tied' if d['tie_embeddings'] else ''})")
+    return GPTConfig(vocab_size=d["vocab_size"], d_model=heads * d["head_dim"], n_layers=n_layers, n_heads=heads,
                      n_kv_heads=d["kv_heads"], ffn_hidden=d["ffn_hidden"], tie_embeddings=d["tie_embeddings"],
-                     name=f"a drawn GPT (d_model {heads * d['head_dim']}, {heads} heads over {d['kv_heads']} kv, "
-                          f"ffn {d['ffn_hidden']}, vocab {d['vocab_size']}{', tied' if d['tie_embeddings'] else ''})")
+                     name=name)
 
 
-def _drawn_config(case: dict) -> GPTConfig:
-    heads = case["kv_heads"] * case["group"]
-    return GPTConfig(vocab_size=case["vocab_size"], d_model=heads * case["head_dim"], n_layers=case["n_layers"],
-                     n_heads=heads, n_kv_heads=case["kv_heads"], ffn_hidden=case["ffn_hidden"],
-                     tie_embeddings=case["tie_embeddings"], name="a drawn config")
+def drawn_config(case: dict) -> GPTConfig:
+    """count_params' drawn GPT: every size of count_domain(), its depth too."""
+    return drawn_gpt(case, case["n_layers"], "a drawn config")
 
 
 def check_count_params(count_params, cases: str = "visible") -> None:
@@ -135,7 +135,7 @@ def check_count_params(count_params, cases: str = "visible") -> None:
         _count_case(count_params, case.cfg)
     if check_cases(cases)[1]:
         grade_drawn(count_domain(), "count_params", DRAWN_COUNT_CASES,
-                    lambda case: _count_case(count_params, _drawn_config(case)))
+                    lambda case: _count_case(count_params, drawn_config(case)))
 
 
 def _count_case(count_params, cfg: GPTConfig) -> None:
@@ -371,7 +371,7 @@ def check_state_bytes_measured(state_bytes, cases: str = "visible") -> None:
                  measured_state_bytes(cfg, precision, optimizer), what + " (measured)", n)
     if check_cases(cases)[1]:
         def check_one(d: dict) -> None:
-            cfg = _drawn_config({**d, "n_layers": min(d["n_layers"], 2), "vocab_size": min(d["vocab_size"], 512),
+            cfg = drawn_config({**d, "n_layers": min(d["n_layers"], 2), "vocab_size": min(d["vocab_size"], 512),
                                  "head_dim": 2 * min(d["head_dim"], 16), "ffn_hidden": min(d["ffn_hidden"], 256)})
             n = true_param_count(cfg)
             what = f"state_bytes({n:,}, {d['precision']!r}, {d['optimizer']!r}) for {cfg.name} trained on the CPU"

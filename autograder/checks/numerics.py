@@ -214,7 +214,7 @@ def poisoned_allocations():
 
 # ------------------------------------------------------------------------------- side effects and guards
 
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bitwise equality (NaN equals NaN, -0.0 differs from 0.0)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
@@ -234,7 +234,7 @@ def unchanged_arguments(args, what: str):
         yield
     finally:
         for i, (t, old) in enumerate(zip(tensors, before)):
-            if not _same_bits(t.detach(), old):
+            if not same_bits(t.detach(), old):
                 raise CheckFailed(f"{what}: tensor argument {i + 1} of {len(tensors)} was written into before the call "
                                   "refused its arguments: check every argument before launching or writing anything")
 
@@ -250,7 +250,7 @@ def call_pure(fn, *args, what: str, writable: tuple[str, ...] = (), **kwargs):
     before = [t.detach().clone() for _, t in inputs]
     result = call_learner(fn, *args, what=what, **kwargs)
     for (name, t), old in zip(inputs, before):
-        if not _same_bits(t.detach(), old):
+        if not same_bits(t.detach(), old):
             changed = int((t.detach() != old).sum()) if t.dtype != torch.bool else -1
             raise CheckFailed(f"{what}: {name} was changed by the call ({changed:,} elements differ): leave the "
                               "inputs as they were and write results into new tensors (or out=)")
