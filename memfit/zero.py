@@ -63,6 +63,7 @@ class Comm:
                    f"reduce_scatter: full has {full.numel()} elements, expected world_size x out = "
                    f"{self.world_size} x {out.numel()} (pad the flat vector to a multiple of world_size)")
         self._need(out.dtype == full.dtype, f"reduce_scatter: out is {out.dtype}, full is {full.dtype}")
+        self._need(out.is_contiguous() and full.is_contiguous(), "reduce_scatter needs contiguous tensors")
         self._count("reduce_scatter", (self.world_size - 1) * out.nbytes)
         self._reduce_scatter(out, full)
 
@@ -72,12 +73,21 @@ class Comm:
                    f"all_gather: out has {out.numel()} elements, expected world_size x shard = "
                    f"{self.world_size} x {shard.numel()}")
         self._need(out.dtype == shard.dtype, f"all_gather: out is {out.dtype}, shard is {shard.dtype}")
+        self._need(out.is_contiguous() and shard.is_contiguous(), "all_gather needs contiguous tensors")
         self._count("all_gather", (self.world_size - 1) * shard.nbytes)
         self._all_gather(out, shard)
+
+    def ring_pass(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Send tensor to rank + 1 and return, in a new tensor, what rank - 1 sent (ranks in a ring, as ring
+        attention passes K and V). Sends tensor.nbytes (nothing with one rank: the tensor comes back, copied)."""
+        self._need(tensor.is_contiguous(), "ring_pass needs a contiguous tensor")
+        self._count("ring_pass", tensor.nbytes if self.world_size > 1 else 0)
+        return self._ring_pass(tensor)
 
     def settle(self) -> None:
         """Wait until no collective of this rank still holds a tensor (after the last step, before measuring)."""
 
+    def _ring_pass(self, tensor): raise NotImplementedError
     def _all_reduce(self, tensor): raise NotImplementedError
     def _reduce_scatter(self, out, full): raise NotImplementedError
     def _all_gather(self, out, shard): raise NotImplementedError
@@ -130,6 +140,11 @@ class SimComm(Comm):
         self._done_reading()
         out.copy_(gathered.view_as(out))
 
+    def _ring_pass(self, tensor):
+        received = self._exchange(tensor)[(self.rank - 1) % self.world_size].clone()
+        self._done_reading()
+        return received
+
 
 def single_rank() -> SimComm:
     """A world of one rank: its collectives copy (a step can be taken, or a constructor tried, alone)."""
@@ -162,6 +177,16 @@ class TorchComm(Comm):
 
     def _all_gather(self, out, shard):
         self._dist.all_gather_into_tensor(out, shard.contiguous())
+
+    def _ring_pass(self, tensor):
+        received = torch.empty_like(tensor)
+        if self.world_size == 1:
+            return received.copy_(tensor)
+        dist, n = self._dist, self.world_size
+        ops = [dist.P2POp(dist.isend, tensor, (self.rank + 1) % n), dist.P2POp(dist.irecv, received, (self.rank - 1) % n)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        return received
 
 
 class SimulationFailed(RuntimeError):

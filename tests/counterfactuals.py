@@ -443,6 +443,30 @@ COUNTERFACTUALS: dict[tuple[str, str], list[Option]] = {
                                         computed_lower("LoRAFunction"), read_contiguous("LoRAFunction"),
                                         flattened("LoRAFunction")],
     ("08_fine_tune", "nf4"): [computed_lower("quantize_nf4"), read_contiguous("quantize_nf4")],
+    # ---------------------------------------------------------------------------------------------- 09
+    ("09_parallelism", "conjugate_ops"): [
+        option for op in ("tp_copy", "tp_reduce", "sp_gather", "sp_scatter")
+        for option in (computed_lower(op), read_contiguous(op), flattened(op, kinds=("rank 1", "rank 3")))],
+    ("09_parallelism", "tp_block"): [
+        Option("tp_block", "sequence_parallel", truth, lambda v, a: not v, kinds=("True", "False")),
+        Option("tp_block", DTYPE, lambda d: dtype_kind(d) if d in LOWER else None, lambda d, a: LOWER[d],
+               kinds=("float32",))],
+    ("09_parallelism", "tp_activation_bytes"): [
+        numbers("tp_activation_bytes", "sequence_parallel", (True, False), truth, ("True", "False")),
+        choice("tp_activation_bytes", "recompute", lambda: ("none", "full")),
+        numbers("tp_activation_bytes", "dtype_bytes", (2, 4, 1), kinds=("2", "4"))],
+    ("09_parallelism", "ring_attention"): [
+        Option("ring_attention", DTYPE, lambda d: dtype_kind(d) if d in LOWER else None, lambda d, a: LOWER[d],
+               kinds=("float32",))],
+    ("09_parallelism", "pipeline_schedule"): [
+        choice("pipeline_schedule", "schedule", lambda: ("gpipe", "1f1b")),
+        numbers("pipeline_schedule", "fwd_time", (1.0, 2.0, 0.5)),
+        numbers("pipeline_schedule", "bwd_time", (2.0, 1.0, 3.0))],
+    ("09_parallelism", "memory_per_gpu"): [
+        numbers("memory_per_gpu", "zero", (0, 1, 2, 3), kinds=("0", "1", "2", "3")),
+        choice("memory_per_gpu", "recompute", lambda: ("none", "full"))],
+    ("09_parallelism", "plan_parallelism"): [
+        numbers("plan_parallelism", "gpus_per_node", (8, 4, 2, 1, 16), kinds=("8", "4"))],
 }
 
 # A memory check measures bytes, not values: an option that changes the numbers and not the bytes (causal, a LoRA
@@ -490,7 +514,9 @@ GATHER_OUT = ("a method's argument (ZeroAdamW.gather_params(out=)): the registry
 STAGES_ALIKE = ("stages 0, 1 and 2 give the same numbers and send the same bytes: zero_memory's counterfactual answers "
                 "each stage as the next and loses (what a rank keeps); stage 3's gathers are zero_adamw's")
 ADAPTER_RANK = "the adapters' rank r is a size of the inputs A and B, not a parameter of LoRAFunction"
-REASONS = (INPUT, INVALID, MEASURED, FREE, CALL, FLAT, REFUSED, GATHER_OUT, STAGES_ALIKE, ADAPTER_RANK)
+COPIED = ("the function copies values and does no arithmetic: the check compares every bit and the dtype of what it "
+          "returns, so a copy through another precision cannot pass")
+REASONS = (INPUT, INVALID, MEASURED, FREE, CALL, FLAT, REFUSED, GATHER_OUT, STAGES_ALIKE, ADAPTER_RANK, COPIED)
 
 AXIS_PROOF: dict[str, str] = {
     # axes of the whole call
@@ -503,6 +529,7 @@ AXIS_PROOF: dict[str, str] = {
     "recompute": "recompute", "stage": "stage", "param_dtype": "param_dtype", "gather_params(out=)": "out",
     "data_parallel": "data_parallel", "zero_init": "zero_init", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
     "buffer_factor": "buffer_factor", "offload": "offload_optimizer", "prefetch": "prefetch", "scale": "scale",
+    "sequence_parallel": "sequence_parallel", "dtype_bytes": "dtype_bytes", "schedule": "schedule", "zero": "zero",
     "r": "r", "targets": "targets", "target": "targets", "base_dtype": "base_dtype", "block": "block", "code": "code",
     "attention": "cfg", "tied_head": "cfg", "bytes": "param_bytes",
     # free choices
@@ -541,6 +568,14 @@ AXIS_PROOF_OF: dict[tuple[str, str], str] = {
     ("fake_step_memory", "kernels"): INPUT,
     ("zero_adamw", "gather_params(out=)"): GATHER_OUT, ("zero_adamw", "stage"): STAGES_ALIKE,
     ("lora_function", "r"): ADAPTER_RANK,
+    ("conjugate_ops", "operator"): INPUT, ("conjugate_ops", "rank of x"): RANK,
+    ("shard_block", "rank"): INPUT, ("shard_block", "tp"): INPUT, ("shard_block", "dtype"): COPIED,
+    ("tp_block", "tp"): INPUT, ("tp_activation_bytes", "tp"): INPUT, ("tp_activation_bytes", "model size"): INPUT,
+    ("ring_attention", "cp"): INPUT, ("ring_attention", "chunk"): INPUT, ("ring_attention", "check"): MEASURED,
+    ("pipeline_schedule", "n_stages"): INPUT, ("pipeline_schedule", "n_micro"): INPUT,
+    ("memory_per_gpu", "pp"): INPUT, ("memory_per_gpu", "cp"): INPUT, ("memory_per_gpu", "tp"): INPUT,
+    ("memory_per_gpu", "in flight"): INPUT, ("memory_per_gpu", "layers per stage"): INPUT,
+    ("plan_parallelism", "outcome"): INPUT,
 }
 
 # Checks that measure bytes, not values: an axis there that would need a counterfactual of the values (the dtype, a

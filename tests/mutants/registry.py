@@ -2,7 +2,7 @@
 
     REGISTRY[lesson][check name] = {"wrong": [Wrong(...), ...], "right": [Right(...), ...]}
 
-One key per lesson 00-08 and, inside it, one key per Check of autograder/checks/<topic>.py's CHECKS (the
+One key per lesson 00-09 and, inside it, one key per Check of autograder/checks/<topic>.py's CHECKS (the
 check's name is its nbgrader grade_id). An entry's `functions` names attributes of tests/mutants/<topic>.py, the
 lesson's mutant module (`mutant_module(lesson)`), that stand in for the learner functions the check is given
 (Check.uses):
@@ -106,6 +106,18 @@ def _plan(plan: str, tokens: str, message: str) -> Wrong:
 
 def _q4(quantize: str, message: str, visible: bool = False) -> Wrong:
     return Wrong({"quantize_q4_0": quantize, "dequantize_q4_0": "q4_dequantize"}, message, visible=visible)
+
+
+def _ops(message: str, raises: type = CheckFailed, **mutants: str) -> Wrong:
+    """09 conjugate_ops: the named operators are mutants, the others the reference's; the visible cases reject it."""
+    return Wrong({op: mutants.get(op, REF) for op in ("tp_copy", "tp_reduce", "sp_gather", "sp_scatter")}, message,
+                 raises=raises, visible=True)
+
+
+TP_OUTPUT = r"sequence_parallel=False, rank 0: the output: max \|error\|"  # 09 tp_block: the block's output is off
+RING_OUTPUT = r"rank 0 \(positions 0\.\.3 and 12\.\.15\): the output: max \|error\|"  # 09 ring_attention: ... and its
+RING_PASSES = r"ring_pass sent .* in backward; the ring needs .*their gradients \(fp32, fp64 for fp64 inputs\) cp times"
+PLAN_SLOWER = r"which loses .* s a step \(layout_cost\); .* fits too and loses .* search every layout"  # 09 planner
 
 
 REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
@@ -463,6 +475,141 @@ REGISTRY: dict[str, dict[str, dict[str, list[Entry]]]] = {
                       _plan(REF, "tokens_fixed_ceiling", r"expected 768|a bisection needs at most"),
                       _plan(REF, "tokens_first_that_fails", r"most_tokens.*expected")],
             "right": [Right({"plan_fine_tune": "plan_with_next", "most_tokens": "tokens_lower_mid"})]},
+    },
+    "09_parallelism": {
+        # visible=True: every entry but three (repeat for repeat_interleave, ring attention keeping every K/V block,
+        # the planner without context parallelism: only the hidden cases have the shapes that show them) fails the
+        # notebook's own check cell.
+        "conjugate_ops": {
+            "wrong": [_ops(r"x's gradient is wrong \(f's backward sums the gradient over ranks",
+                           tp_copy="tp_copy_identity_backward"),
+                      _ops(r"tp_copy.*: backward wrote into the gradient it was handed",
+                           tp_copy="tp_copy_reduces_in_place"),
+                      _ops(r"x's gradient is wrong \(g's backward hands the gradient on unchanged\)",
+                           tp_reduce="tp_reduce_backward_all_reduce"),
+                      _ops(r"tp_reduce.*: x was changed by the call", tp_reduce="tp_reduce_into_x"),
+                      _ops(r"x's gradient is wrong \(the gradient of an all-gather is a reduce-scatter",
+                           sp_gather="sp_gather_slices_gradient"),
+                      _ops(r"bfloat16.*your code raised ValueError: all_gather: out is torch\.float32, shard is "
+                           r"torch\.bfloat16", raises=LearnerCodeError, sp_gather="sp_gather_float32_buffer"),
+                      _ops(r"left a tensor in ctx\.x of _GatherKeepsX\.forward", sp_gather="sp_gather_keeps_x_on_ctx"),
+                      _ops(r"sp_scatter.*the collectives sent \(kind, bytes\) \[\('all_reduce', 48\)\] in forward.*"
+                           r"expected \[\('reduce_scatter', 24\)\]", sp_scatter="sp_scatter_by_all_reduce"),
+                      _ops(r"x's gradient is wrong \(the gradient of a reduce-scatter is an all-gather",
+                           sp_scatter="sp_scatter_tiles_gradient"),
+                      _ops(r"shape \(3, 3\).* returned a value: raise ValueError when dim 0 is not a multiple",
+                           sp_scatter="sp_scatter_drops_tail")],
+            "right": [Right({"tp_copy": "tp_copy_clone", "tp_reduce": "tp_reduce_empty_like",
+                             "sp_gather": "sp_gather_flat", "sp_scatter": "sp_scatter_flat"})]},
+        "shard_block": {
+            "wrong": [Wrong("shard_block_chunks_wqkv", r"\['wqkv'\]: wrong values: a contiguous block of wqkv's rows "
+                                                       r"mixes q, k and v heads", visible=True),
+                      Wrong("shard_block_chunks_w13", r"\['w13'\]: wrong values: rank r's ffn_hidden/tp gate rows, "
+                                                      r"then the same up rows", visible=True),
+                      Wrong("shard_block_wo_by_rows", r"\['wo'\]: expected float32 of shape \(32, 16\), got float32 of "
+                                                      r"shape \(16, 32\)", visible=True),
+                      Wrong("shard_block_shares_norms", r"\['norm1'\] shares memory with params\['norm1'\]",
+                            visible=True),
+                      Wrong("shard_block_column_view", r"\['w2'\] is not contiguous", visible=True),
+                      Wrong("shard_block_one_flat_buffer",
+                            r"\['norm1'\] sits in a storage of 15,616 bytes for 128 bytes", visible=True),
+                      Wrong("shard_block_wqkv_in_float32", r"\['wqkv'\]: expected bfloat16 of shape \(32, 32\), got "
+                                                           r"float32", visible=True),
+                      Wrong("shard_block_kv_heads_unchecked", r"2 kv heads, .*tp=4, rank=0\) returned a value: raise "
+                                                              r"ValueError", visible=True),
+                      Wrong("shard_block_negative_rank", r"tp=2, rank=-1\) returned a value: raise ValueError",
+                            visible=True)],
+            "right": [Right("shard_block_by_index"), Right("shard_block_by_heads")]},
+        "tp_block": {
+            "wrong": [Wrong("tp_block_norm_after_gather", r"sequence_parallel=True, rank \d: shard\['norm1'\]'s gradient "
+                                                          r"\(from the rank's own tokens\)", visible=True),
+                      Wrong("tp_block_rope_on_v", TP_OUTPUT, visible=True),
+                      Wrong("tp_block_no_rope_on_k", TP_OUTPUT, visible=True),
+                      Wrong("tp_block_kv_repeat_not_interleave",
+                            r"on 1 ranks \(grouped-query.*the output: max \|error\|.*each query head with kv head "
+                            r"i // \(heads / kv_heads\)"),
+                      Wrong("tp_block_norm_after_copy", r"rank 0: shard\['norm1'\]'s gradient: max \|error\|",
+                            visible=True),
+                      Wrong("tp_block_ignores_sequence_parallel", r"sequence_parallel=True: your code raised "
+                                                                  r"RuntimeError", LearnerCodeError, visible=True),
+                      Wrong("tp_block_head_dim_from_d_model", r"head_dim override.*your code raised RuntimeError: "
+                                                              r"split_with_sizes", LearnerCodeError, visible=True)],
+            "right": [Right("tp_block_enable_gqa"), Right("tp_block_separate_projections")]},
+        "tp_activation_bytes": {
+            "wrong": [Wrong("activations_ignore_sp", r"sequence_parallel=True.*: expected 18,624 bytes \(the reference "
+                                                     r"tp_block keeps, measured .*\), got 22,784", visible=True),
+                      Wrong("activations_norms_without_rms", r"expected 22,784 bytes .*got 22,656", visible=True),
+                      Wrong("activations_lse_in_dtype", r"Llama-3\.1-70B.*expected 637,800,448 bytes \(the table's "
+                                                        r"count\), got 637,669,376", visible=True),
+                      Wrong("activations_matmul_inputs_sharded", r"expected 18,624 bytes .*got 16,576: under sequence "
+                                                                 r"parallelism", visible=True),
+                      Wrong("activations_full_keeps_every_token", r"recompute='full'.*expected 512 bytes .*got 1,024: "
+                                                                  r"with full recomputation", visible=True),
+                      Wrong("activations_heads_not_split", r"expected 22,784 bytes .*got 26,880", visible=True),
+                      Wrong("activations_accept_any_recompute", r"recompute='selective'\) returned a value: raise "
+                                                                r"ValueError", visible=True),
+                      Wrong("activations_korthikanti", r"expected 22,784 bytes .*got 22,528", visible=True),
+                      Wrong("activations_as_float", r"returned float 22784\.0 where int is declared", visible=True)],
+            "right": [Right("activations_by_tensor")]},
+        "ring_attention": {
+            "wrong": [Wrong("ring_accumulates_in_q_dtype", r"bfloat16, rank \d .*: dq: max \|error\|", visible=True),
+                      Wrong("ring_diagonal_not_causal", RING_OUTPUT, visible=True),
+                      Wrong("ring_old_not_rescaled", RING_OUTPUT, visible=True),
+                      Wrong("ring_dkv_stays", RING_PASSES, visible=True),
+                      Wrong("ring_dkv_one_pass_short", RING_PASSES, visible=True),
+                      Wrong("ring_keeps_every_block", RING_PASSES, visible=True),
+                      Wrong("ring_no_validation", r"shapes \(6, 1, 2, 8\), \(6, 1, 2, 4\).* raised RuntimeError: "
+                                                  r"raise ValueError", visible=True),
+                      Wrong("ring_all_gather", r"called \['all_gather'\]: pass K and V around the ring with "
+                                               r"comm\.ring_pass only", visible=True)],
+            "right": [Right("ring_separate_passes"), Right("ring_merge_by_max")]},
+        "pipeline_schedule": {
+            "wrong": [Wrong("schedule_warmup_p_minus_s", r"\['ops'\]\[0\]\[4\]: expected \('B', 0, 10\.0, 12\.0\), got "
+                                                         r"\('F', 4, 4\.0, 5\.0\) \(1F1B: stage 0 runs", visible=True),
+                      Wrong("schedule_gpipe_backward_reversed", r"schedule='gpipe'.*\['ops'\]\[0\]\[8\]: expected "
+                                                                r"\('B', 0, .*got \('B', 7", visible=True),
+                      Wrong("schedule_ignores_inputs", r"\['ops'\]\[0\]\[4\]: expected \('B', 0, 10\.0, 12\.0\), got "
+                                                       r"\('B', 0, 4\.0, 6\.0\)", visible=True),
+                      Wrong("schedule_total_of_last_stage", r"\['total_time'\]: expected 33, got 27\.0", visible=True),
+                      Wrong("schedule_in_flight_all_forwards", r"\['in_flight'\]: expected \[4, 3, 2, 1\], got "
+                                                               r"\[8, 8, 8, 8\]", visible=True),
+                      Wrong("schedule_times_unchecked", r"pipeline_schedule\(3, 2, 'gpipe', 1\.0, 0\.0\) returned "
+                                                        r"a value: raise ValueError \(time not positive\)",
+                            visible=True)],
+            "right": [Right("schedule_in_flight_by_formula"), Right("schedule_by_recursion")]},
+        "memory_per_gpu": {
+            "wrong": [Wrong("memory_zero_over_dp_only", r"cp=16, dp=8, zero=2.*\['grads'\]: expected 53,915,904 bytes",
+                            visible=True),
+                      Wrong("memory_zero2_shards_params", r"zero=2.*\['params'\]: expected 6,901,235,712 bytes",
+                            visible=True),
+                      Wrong("memory_without_master_copy", r"\['optimizer'\]: expected 646,990,848 bytes, got 431,327,232",
+                            visible=True),
+                      Wrong("memory_whole_sequence", r"seq_len=131072.*\['activations'\]: expected 5,537,009,664 "
+                                                     r"bytes, got 88,592,154,624", visible=True),
+                      Wrong("memory_layers_floored", r"\['activations'\]: expected 5,537,009,664 bytes, got 5,000,138,752",
+                            visible=True),
+                      Wrong("memory_without_sequence_parallelism", r"\['activations'\]: expected 5,537,009,664 bytes, "
+                                                                   r"got 36,541,333,504", visible=True),
+                      Wrong("memory_nothing_rebuilt", r"\['activations'\]: expected 5,537,009,664 bytes, got "
+                                                      r"4,294,967,296", visible=True),
+                      Wrong("memory_every_micro_batch_in_flight", r"\['activations'\]: expected 5,537,009,664 bytes, "
+                                                                  r"got 9,831,976,960", visible=True),
+                      Wrong("memory_seq_len_unchecked", r"returned a value: raise ValueError \(seq_len not a multiple "
+                                                        r"of 2·cp\)", visible=True)],
+            "right": [Right("memory_by_parts")]},
+        "plan_parallelism": {
+            "wrong": [Wrong("plan_tp_past_the_node", r"which the exercise does not allow: tp is a power of two up to "
+                                                     r"gpus_per_node"),
+                      Wrong("plan_fewer_micro_batches_than_stages", r"no layout fits, so return None; got .*'n_micro': 2, .*'pp': 12"),
+                      Wrong("plan_least_memory", PLAN_SLOWER, visible=True),
+                      Wrong("plan_ignores_memory", r"which needs 180,058,390,528 bytes per GPU \(memory_per_gpu\) on a "
+                                                   r"card of 80,000,000,000", visible=True),
+                      Wrong("plan_without_zero", r"returned tp=1, pp=2, cp=4, dp=1, zero=0, .*" + PLAN_SLOWER,
+                            visible=True),
+                      Wrong("plan_always_recomputes", r"recompute='full', .*" + PLAN_SLOWER, visible=True),
+                      Wrong("plan_without_cp", r"Llama-3\.2-1B.*n_gpus=24, .*" + PLAN_SLOWER, visible=True),
+                      Wrong("plan_empty_when_nothing_fits", r"no layout fits, so return None; got \{\}", visible=True)],
+            "right": [Right("plan_by_min")]},
     },
 }
 
