@@ -575,7 +575,7 @@ AXIS_PROOF_OF: dict[tuple[str, str], str] = {
     ("pipeline_schedule", "n_stages"): INPUT, ("pipeline_schedule", "n_micro"): INPUT,
     ("memory_per_gpu", "pp"): INPUT, ("memory_per_gpu", "cp"): INPUT, ("memory_per_gpu", "tp"): INPUT,
     ("memory_per_gpu", "in flight"): INPUT, ("memory_per_gpu", "layers per stage"): INPUT,
-    ("plan_parallelism", "outcome"): INPUT,
+    ("plan_parallelism", "outcome"): INPUT, ("plan_parallelism", "card"): INPUT,
 }
 
 # Checks that measure bytes, not values: an axis there that would need a counterfactual of the values (the dtype, a
