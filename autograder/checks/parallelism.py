@@ -30,7 +30,7 @@ from autograder.checks import contracts
 from autograder.checks.domain import Choice, Impossible, Sizes, grade_drawn
 from autograder.checks.numerics import assert_close_by_rule, dtype_name, same_bits, seeded_generator
 from memfit.gpt import GPTConfig
-from memfit.zero import SimulationFailed, simulate
+from memfit.zero import SimComm, SimulationFailed, simulate
 
 _NOT_LEARNERS = ("/autograder/", "/memfit/", "/torch/", "/threading.py")  # frames that are not the learner's line
 
@@ -104,11 +104,8 @@ def _rows(t: torch.Tensor, n: int, rank: int) -> torch.Tensor:
 
 
 def _rank_sum(parts: list[torch.Tensor]) -> torch.Tensor:
-    """The sum in rank order, as memfit.zero's simulated all_reduce adds."""
-    total = parts[0].clone()
-    for p in parts[1:]:
-        total += p
-    return total
+    """The sum in rank order, as memfit.zero's simulated all_reduce adds (its own code, so the two cannot drift)."""
+    return SimComm._sum(parts)
 
 
 # ------------------------------------------------------------------------------------------- conjugate_ops
@@ -465,7 +462,6 @@ def _block_case(tp_block, cfg, tp: int, seq: int, batch: int, sp: bool, dtype, s
     rope = _library.rope_sbh(cfg, seq, dtype)
     ref = _full_reference(cfg, params, x, dy, _library.rope_sbh(cfg, seq, torch.float64))
     h = x.numel() // seq * x.element_size() * seq  # bytes of the residual stream
-    per_call = [("all_reduce", 2 * (tp - 1) * h // tp)] if not sp else None
 
     def rank(comm):
         shard = {k: v.requires_grad_() for k, v in _reference.shard_block(params, cfg, tp, comm.rank).items()}
@@ -527,7 +523,6 @@ def _block_case(tp_block, cfg, tp: int, seq: int, batch: int, sp: bool, dtype, s
             total = sum(res[2][name].double() for res in results)
             _close(total.to(dtype), exact[2][name], same[2][name],
                    f"{what}: shard[{name!r}]'s gradient summed over ranks", "each rank's norm sees its own tokens")
-    del per_call
 
 
 def _reference_norm_grads(cfg, tp, params, x, dy, seq) -> dict:
