@@ -20,7 +20,9 @@ Four parts, each on a fresh set of processes (one per GPU, memfit.dist.run_ranks
             repeated to the query heads before the ring (ring_attention takes q, k, v of one shape), so the ring
             carries n_heads / n_kv_heads times grouped-query attention's K and V. ring_attention saves what SDPA
             saves (q, k, v, its output and an fp32 log-sum-exp per query and head), so the prediction is
-            n_layers x tp_activation_bytes(cfg, seq // cp, batch, 1, False, "none", 2).
+            n_layers x tp_activation_bytes(cfg, seq // cp, batch, 1, False, "none", 2). Read after one more P2P
+            call: NCCL can hold the last ring_pass's send and receive buffers until the rank's next P2P call (a
+            collective, or seconds of waiting, do not release them); what that call frees is shown as "held".
   pp        torch.distributed.pipelining's ScheduleGPipe and Schedule1F1B on the config's blocks cut into as many
             stages as GPUs (memfit.parallel.PipelineStageModule, stage_layers), 8 micro-batches. Predicted peak of
             stage s: in_flight[s] (the lesson's pipeline_schedule) x what one micro-batch's forward keeps there
@@ -187,10 +189,14 @@ class _SavedForBackward:
         return sum(self.saved.values())
 
 
-def _measure(forward, inputs: torch.Tensor, existing, backward, zero_grads, device: torch.device, comm) -> dict:
+def _measure(forward, inputs: torch.Tensor, existing, backward, zero_grads, device: torch.device, comm,
+             release=None) -> dict:
     """One forward + backward under the meter, from no gradients: kept after forward (alive - output + input), the
     same counted from what autograd saves (+ the input), the peak of the whole step, what is alive after it (the
-    gradients), and the workspace the meter created first."""
+    gradients), and the workspace the meter created first.
+
+    release: a call that makes the backend drop what it still references of finished collectives (a P2P call: NCCL
+    can hold the last point-to-point batch's tensors until this rank's next one); kept_released is read after it."""
     from memfit.meter import open_meter
     input_bytes = inputs.untyped_storage().nbytes()
     zero_grads()
@@ -201,11 +207,16 @@ def _measure(forward, inputs: torch.Tensor, existing, backward, zero_grads, devi
             out = forward()
         _settle(comm, device)
         kept = _current(meter, device) - out.untyped_storage().nbytes() + input_bytes
+        kept_released = kept
+        if release is not None:
+            release()
+            _settle(comm, device)
+            kept_released = _current(meter, device) - out.untyped_storage().nbytes() + input_bytes
         output_bytes = out.untyped_storage().nbytes()
         backward(out)
         del out
         _settle(comm, device)
-        return dict(kept=kept, saved=saved.bytes + input_bytes, saved_unreadable=saved.unreadable, peak=meter.peak,
+        return dict(kept=kept, kept_released=kept_released, saved=saved.bytes + input_bytes, saved_unreadable=saved.unreadable, peak=meter.peak,
                     after_backward=_current(meter, device), output_bytes=output_bytes, workspace=meter.workspace)
 
 
@@ -462,8 +473,13 @@ def cp_rank(rank: int, world_size: int, cfg, seq: int, batch: int, dtype: str, w
         forward().backward(grad)
     ms = _step_ms(step, device, comm, warmup, steps)
     sent = comm.sent_bytes
-    m = _measure(forward, mine, [*weights, *rope], lambda y: y.backward(grad), zero_grads, device, comm)
-    m["sent_per_step"] = comm.sent_bytes - sent
+    one = torch.zeros(1, device=device)  # the release's message: made before the meter, 4 bytes back
+
+    def release():  # NCCL can hold the last ring_pass's send and receive buffers until this rank's next P2P call
+        comm.ring_pass(one)
+    m = _measure(forward, mine, [*weights, *rope], lambda y: y.backward(grad), zero_grads, device, comm, release)
+    m["sent_per_step"] = comm.sent_bytes - sent - one.nbytes * (world_size > 1)
+    m["message"] = 2 * (seq // world_size) * batch * cfg.n_heads * cfg.head_dim * e  # K and V, stacked
     with torch.no_grad():
         m["max_rel_diff"] = _rel_diff(forward(), want)
     m.update(step_ms=ms, weight_grads=sum(t.nbytes for t in weights), tokens=seq // world_size,
@@ -653,8 +669,9 @@ def _collect(result: dict, part: str, world: int, ranks: list) -> None:
     elif part == "cp":
         predicted = ranks[0]["predicted"]
         result["cp"].append(dict(
-            world=world, tokens=ranks[0]["tokens"], predicted=predicted, kept=per_rank(ranks, "kept"),
-            ratio=[x["kept"] / predicted for x in ranks], saved=per_rank(ranks, "saved"),
+            world=world, tokens=ranks[0]["tokens"], predicted=predicted, kept=per_rank(ranks, "kept_released"),
+            ratio=[x["kept_released"] / predicted for x in ranks], saved=per_rank(ranks, "saved"),
+            held=[x["kept"] - x["kept_released"] for x in ranks], message=ranks[0]["message"],
             saved_ratio=[x["saved"] / predicted for x in ranks], peak=per_rank(ranks, "peak"),
             weight_grads=ranks[0]["weight_grads"], after_backward=per_rank(ranks, "after_backward"),
             step_ms=max(per_rank(ranks, "step_ms")), sent_per_step=ranks[0]["sent_per_step"],
@@ -719,13 +736,20 @@ def markdown(result: dict) -> str:
         lines += [f"#### Context parallelism: ring attention, {result['seq']} tokens x {result['batch']} cut over the "
                   "ranks (cp_positions)", "",
                   "Predicted: n_layers x tp_activation_bytes(cfg, seq // cp, batch, 1, False, \"none\", 2): "
-                  "ring_attention saves q, k, v, its output and an fp32 log-sum-exp, what SDPA saves.", "",
-                  "| GPUs (cp) | tokens per rank | kept: predicted | measured | ratio | saved (ratio) | peak | "
-                  "weight grads | step ms | sent/step | max rel. diff. |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "ring_attention saves q, k, v, its output and an fp32 log-sum-exp, what SDPA saves. Measured "
+                  "after one more P2P call (a 4-byte ring_pass): NCCL can keep referencing the last ring_pass's "
+                  "send and receive buffers until the rank's next P2P call (not its next collective, nor after "
+                  "seconds); \"held\" is that, read before the call, in ring messages (K and V stacked).", "",
+                  "| GPUs (cp) | tokens per rank | kept: predicted | measured | ratio | held by the backend (messages) | "
+                  "saved (ratio) | peak | weight grads | step ms | sent/step | max rel. diff. |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in result["cp"]:
+            message = r["message"]
+            in_messages = lambda n: f"{b(n)} ({n / message:.2f})"  # noqa: E731
             lines.append(f"| {r['world']} | {r['tokens']} | {b(r['predicted'])} | {_spread(r['kept'], b)} | "
-                         f"{_spread(r['ratio'], ratio)} | {_spread(r['saved'], b)} ({_spread(r['saved_ratio'], ratio)})"
+                         f"{_spread(r['ratio'], ratio)} | "
+                         f"{_spread(r['held'], in_messages)} | "
+                         f"{_spread(r['saved'], b)} ({_spread(r['saved_ratio'], ratio)})"
                          f" | {_spread(r['peak'], b)} | {b(r['weight_grads'])} | {r['step_ms']:.1f} | "
                          f"{b(r['sent_per_step'])} | {r['max_rel_diff']:.1e} |")
         lines.append("")
