@@ -216,7 +216,8 @@ def _measure(forward, inputs: torch.Tensor, existing, backward, zero_grads, devi
         backward(out)
         del out
         _settle(comm, device)
-        return dict(kept=kept, kept_released=kept_released, saved=saved.bytes + input_bytes, saved_unreadable=saved.unreadable, peak=meter.peak,
+        return dict(kept=kept, kept_released=kept_released, saved=saved.bytes + input_bytes,
+                    saved_unreadable=saved.unreadable, peak=meter.peak,
                     after_backward=_current(meter, device), output_bytes=output_bytes, workspace=meter.workspace)
 
 

@@ -3,12 +3,16 @@ memfit.from_lessons.quantization) against dequantize-then-matmul and PyTorch's f
 Q4_0 kernels' bandwidth; AdamW8bit against torch.optim.AdamW on the course's small GPT, in one run on one GPU.
 
 Matmul: y = x Wᵀ with x of M x K in fp16 and W of Llama-3-8B's shapes (N x K: attention 4096 x 4096, MLP up
-14336 x 4096, MLP down 4096 x 14336) in Q8_0, M from 1 token (decoding) to 4,096. Time: the median of three
-interleaved triton.testing.do_bench medians. Memory: the CUDA allocator's peak during the call above what was
+14336 x 4096, MLP down 4096 x 14336) in Q8_0, M from 1 token (decoding) to 4,096; the fused kernel alone and
+int8_linear (the fused kernel for few rows, dequantized slices + cuBLAS for many). Time: the device's, one call
+under a CUDA graph with L2 emptied before it (memfit.timing.graph_device_ms), and as called from Python (the median
+of three interleaved triton.testing.do_bench medians), with the host's microseconds per call. Memory: the CUDA
+allocator's peak during the call above what was
 allocated before (memfit.measure_peak), W and x excluded. Weight GB/s: the bytes of W as each contender reads it
 (fp16: 2 per weight; Q8_0: 34 per 32) over the time.
 
     python -m benchmarks.quantization            # the record
+    python -m benchmarks.quantization --matmul   # the matmul table alone (suffix -matmul)
     python -m benchmarks.quantization --sweep    # the tile sweep behind memfit.hardware's "int8_matmul" rows
 """
 from __future__ import annotations
@@ -19,7 +23,7 @@ import sys
 import torch
 
 from memfit.meter import measure_peak
-from memfit.timing import median_ms
+from memfit.timing import graph_device_ms, host_us_per_call, median_ms
 
 SHAPES = {"attention (q, o)": (4096, 4096), "MLP up/gate": (14336, 4096), "MLP down": (4096, 14336)}
 TOKENS = (1, 16, 64, 256, 1024, 4096)
@@ -30,6 +34,9 @@ def _weight(n: int, k: int) -> torch.Tensor:
     return torch.randn(n, k, device="cuda", dtype=torch.float16, generator=gen) * 0.02
 
 
+MATMULS = ("fp16 matmul (cuBLAS)", "dequantize, then matmul", "fused int8 matmul", "int8_linear")
+
+
 def _matmul_rows(ref) -> list[dict]:
     rows = []
     for shape_name, (n, k) in SHAPES.items():
@@ -38,24 +45,25 @@ def _matmul_rows(ref) -> list[dict]:
         w_hat = ref.dequantize_q8_0(qw)
         for m in TOKENS:
             x = torch.randn(m, k, device="cuda", dtype=torch.float16) * 0.5
-            fns = {"fp16 matmul (cuBLAS)": lambda: x @ w.T,
-                   "dequantize, then matmul": lambda: x @ ref.dequantize_q8_0(qw).T,
-                   "fused int8 matmul": lambda: ref.int8_weight_matmul(x, qw)}
+            fns = dict(zip(MATMULS, (lambda: x @ w.T, lambda: x @ ref.dequantize_q8_0(qw).T,
+                                     lambda: ref.int8_weight_matmul(x, qw), lambda: ref.int8_linear(x, qw))))
             exact = (x.double() @ w_hat.double().T)
             peaks, errors = {}, {}
             for label, fn in fns.items():
                 out, report = measure_peak(fn)
                 peaks[label] = report.peak_bytes
                 errors[label] = (out.double() - exact).abs().max().item()
-            times = {label: [] for label in fns}
+            device = {label: graph_device_ms(fn) for label, fn in fns.items()}
+            called = {label: [] for label in fns}
             for _ in range(3):
                 for label, fn in fns.items():
-                    times[label].append(median_ms(fn, warmup_ms=25, rep_ms=100))
-            for label in fns:
-                ms = statistics.median(times[label])
+                    called[label].append(median_ms(fn, warmup_ms=25, rep_ms=100))
+            for label, fn in fns.items():
+                ms = device[label]
                 weight_bytes = qw.nbytes if label == "fused int8 matmul" else n * k * 2
                 rows.append(dict(shape=shape_name, n=n, k=k, m=m, contender=label, us=round(ms * 1e3, 1),
-                                 weight_gbs=round(weight_bytes / ms / 1e6, 1),
+                                 called_us=round(statistics.median(called[label]) * 1e3, 1),
+                                 host_us=round(host_us_per_call(fn), 1), weight_gbs=round(weight_bytes / ms / 1e6, 1),
                                  tflops=round(2 * m * n * k / ms / 1e9, 1), peak_mib=round(peaks[label] / 2**20, 2),
                                  error_vs_dequantized=errors[label]))
                 print(rows[-1], flush=True)
@@ -140,31 +148,40 @@ def run() -> dict:
 
 def markdown(result: dict) -> str:
     lines = [f"### {result['title']}", "",
-             "**y = x Wᵀ**, x fp16 (M x K), W in Q8_0 (Llama-3-8B shapes). µs: median of 3 interleaved do_bench "
-             "medians. Weight GB/s: W's bytes as read (fp16 2 B/weight, Q8_0 1.0625) over the time. Peak: what the "
-             "call allocates.", "",
-             "| W (N x K) | M | fp16 matmul µs | dequantize + matmul µs | fused int8 µs | fused / fp16 | fused weight GB/s "
-             "| fused TFLOP/s | peak MiB fp16 / deq+mm / fused |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "**y = x Wᵀ**, x fp16 (M x K), W in Q8_0 (Llama-3-8B shapes). Device µs: one call's time under a CUDA "
+             "graph, L2 emptied before each call (memfit.timing.graph_device_ms): what a server that captures its "
+             "forward in graphs waits. As called: the median of 3 interleaved do_bench medians of the plain Python "
+             "call, the host's time included where the host is the slower side. Host µs: Python's time per call "
+             "(from 1,024 rows on the device is slower, the launch queue fills, and this counts its time too). "
+             "int8_linear: the fused kernel below the \"int8_prefill\" row's min_rows, dequantized slices + "
+             "cuBLAS from there on. Peak: what the call allocates.", "",
+             "| W (N x K) | M | fp16 matmul µs | dequantize + matmul µs | fused int8 µs | int8_linear µs | fused / fp16 "
+             "| int8_linear / fp16 | as called: fp16 / int8_linear µs | host µs: fp16 / int8_linear | "
+             "peak MiB fp16 / deq+mm / fused / int8_linear |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     rows = result["matmul"]
     for shape in dict.fromkeys(r["shape"] for r in rows):
         for m in dict.fromkeys(r["m"] for r in rows if r["shape"] == shape):
             by = {r["contender"]: r for r in rows if r["shape"] == shape and r["m"] == m}
-            f, d, q = by["fp16 matmul (cuBLAS)"], by["dequantize, then matmul"], by["fused int8 matmul"]
+            f, d, q, lin = (by[c] for c in MATMULS)
             lines.append(f"| {shape} ({f['n']} x {f['k']}) | {m} | {f['us']:.1f} | {d['us']:.1f} | {q['us']:.1f} | "
-                         f"{q['us'] / f['us']:.2f}x | {q['weight_gbs']:,.0f} | {q['tflops']:.1f} | "
-                         f"{f['peak_mib']:.2f} / {d['peak_mib']:.1f} / {q['peak_mib']:.2f} |")
-    lines += ["", "**Block formats**, a 14336 x 4096 fp16 weight (GB/s: fp16 bytes + quantized bytes over the time; "
-              "the copy: a clone's read + write)", "", "| format | op | µs | GB/s | relative error |",
-              "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['format']} | {r['op']} | {r['us']:.1f} | {r['gbs']:,.0f} | {r['relative_error']:.2%} |"
-              for r in result["formats"]]
-    lines += ["", "**Optimizers**, course-small GPT in amp (fp32 weights and gradients), batch 4 x 1024",
-              "", "| optimizer | params | state B/param | weights + grads + states B/param | step peak MiB | "
-              "train step ms (median of 5 interleaved) | optimizer step ms |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['optimizer']} | {r['params']:,} | {r['state_bytes_per_param']:.3f} | "
-              f"{r['model_state_bytes_per_param']:.2f} | {r['step_peak_mib']:,.1f} | {r['train_step_ms']:.1f} | "
-              f"{r['optimizer_step_ms']:.3f} |" for r in result["optimizers"]]
+                         f"{lin['us']:.1f} | {q['us'] / f['us']:.2f}x | **{lin['us'] / f['us']:.2f}x** | "
+                         f"{f['called_us']:.1f} / {lin['called_us']:.1f} | {f['host_us']:.1f} / {lin['host_us']:.1f} | "
+                         f"{f['peak_mib']:.2f} / {d['peak_mib']:.1f} / {q['peak_mib']:.2f} / {lin['peak_mib']:.2f} |")
+    if result["formats"]:
+        lines += ["", "**Block formats**, a 14336 x 4096 fp16 weight (GB/s: fp16 bytes + quantized bytes over the "
+                  "time; the copy: a clone's read + write)", "", "| format | op | µs | GB/s | relative error |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {r['format']} | {r['op']} | {r['us']:.1f} | {r['gbs']:,.0f} | {r['relative_error']:.2%} |"
+                  for r in result["formats"]]
+    if result["optimizers"]:
+        lines += ["", "**Optimizers**, course-small GPT in amp (fp32 weights and gradients), batch 4 x 1024",
+                  "", "| optimizer | params | state B/param | weights + grads + states B/param | step peak MiB | "
+                  "train step ms (median of 5 interleaved) | optimizer step ms |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {r['optimizer']} | {r['params']:,} | {r['state_bytes_per_param']:.3f} | "
+                  f"{r['model_state_bytes_per_param']:.2f} | {r['step_peak_mib']:,.1f} | {r['train_step_ms']:.1f} | "
+                  f"{r['optimizer_step_ms']:.3f} |" for r in result["optimizers"]]
     if any(r["optimizer"].startswith("torchao") for r in result["optimizers"]):
         lines += ["", "torchao keeps its 8-bit states in tensor subclasses, which the trainer's count of state bytes "
                   "takes at their logical fp32 size: its B/param and peak columns are not its real footprint."]
@@ -212,9 +229,19 @@ def sweep() -> None:
         table[row].update(saved)
 
 
+def run_matmul() -> dict:
+    """The matmul table alone (--matmul): recorded with the suffix "matmul"."""
+    import memfit.from_lessons.quantization as ref
+    return dict(title="Lesson 07: the weight-only int8 matmul and int8_linear", matmul=_matmul_rows(ref), formats=[],
+                optimizers=[])
+
+
 if __name__ == "__main__":
     if "--sweep" in sys.argv:
         sweep()
     else:
         from benchmarks.record import record_one
-        record_one("quantization")
+        if "--matmul" in sys.argv:
+            record_one("quantization", run=run_matmul, part="matmul")
+        else:
+            record_one("quantization")

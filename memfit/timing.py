@@ -32,3 +32,49 @@ def samples_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
     return samples
+
+
+_EVICT: dict = {}
+
+
+def graph_device_ms(fn: Callable[[], object], calls: int = 20, evict_bytes: int = 256 << 20) -> float:
+    """Device milliseconds of one fn() with the host out of the way (CUDA only): `calls` calls captured in one CUDA
+    graph, each after a write of evict_bytes that empties L2 (so a weight is read from memory, as in a model's
+    forward), timed by median_ms; the same graph of writes alone is subtracted. What a server running the call
+    under CUDA graphs waits; median_ms of the plain call adds Python's and the launches' time where the host is
+    slower than the kernel."""
+    device = torch.cuda.current_device()
+    if device not in _EVICT:
+        _EVICT[device] = torch.empty(evict_bytes, dtype=torch.int8, device="cuda")
+    evict = _EVICT[device]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as graph capture asks
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graphs = []
+    for with_fn in (True, False):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                evict.zero_()
+                if with_fn:
+                    fn()
+        graphs.append(graph)
+    both, alone = (statistics.median(median_ms(g.replay, warmup_ms=25, rep_ms=200) for _ in range(3)) for g in graphs)
+    return (both - alone) / calls
+
+
+def host_us_per_call(fn: Callable[[], object], calls: int = 1000) -> float:
+    """Microseconds of Python per call of fn() (no waiting for the device: the launches queue): the host's cost."""
+    fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return elapsed / calls * 1e6

@@ -71,3 +71,35 @@ def test_stubs_are_reported_not_implemented():
     for check, names in CHECKS + [(checks.check_adamw8bit_convergence, ("AdamW8bit",))]:
         with pytest.raises(NotImplementedYet):
             check(*[getattr(stub, name) for name in names])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_int8_linear_takes_the_fused_kernel_or_slices_and_keeps_to_one_slice(dtype, monkeypatch):
+    """int8_linear (given, lesson 07's prefill path): below min_rows it calls the fused kernel; from min_rows on, Ŵ
+    in slices of rows (a ragged last one too) gives dequantize-then-matmul's y, any leading dims and strides, and
+    the call allocates y and one slice, no more."""
+    from memfit.hardware import config
+    from memfit.meter import measure_peak
+    device, min_rows = checks.memfit.DEVICE, config("int8_prefill")["min_rows"]
+    fused_calls = []
+    fused = ref.int8_weight_matmul
+    monkeypatch.setattr(ref, "int8_weight_matmul", lambda x, qw: fused_calls.append(x.shape) or fused(x, qw))
+    gen = torch.Generator().manual_seed(7)
+    n, k = 300, 256  # a CPU's 128 KiB: slices of 128 rows in fp32, 256 in fp16, and a ragged last one (a GPU: one)
+    qw = ref.quantize_q8_0((torch.randn(n, k, generator=gen) * 0.02).to(device, dtype))
+    w_hat = ref.dequantize_q8_0(qw).to(dtype)
+    for shape in ((1, k), (min_rows - 1, k), (min_rows, k), (3, min_rows, k), (min_rows + 5, 2 * k)):
+        x = torch.randn(*shape, generator=gen).to(device, dtype)
+        x = x[..., ::2] if shape[-1] != k else x
+        rows_of_x = x.reshape(-1, k).shape[0]
+        fused_calls.clear()
+        y, report = measure_peak(ref.int8_linear, x, qw, warmup=checks.memfit.HAS_GPU)
+        assert bool(fused_calls) == (rows_of_x < min_rows), (shape, fused_calls)
+        want = (x.double() @ w_hat.double().T).to(dtype)
+        assert y.shape == (*x.shape[:-1], n) and y.dtype == dtype
+        scale = (x.abs().double() @ w_hat.abs().double().T).max().item()
+        assert (y.double() - want.double()).abs().max().item() <= 4 * torch.finfo(dtype).eps * scale
+        if rows_of_x >= min_rows:
+            rows = ref.int8_linear_slice_rows(n, k, dtype)
+            x_copy = rows_of_x * k * x.element_size() if x.stride(-1) != 1 else 0  # a strided x made contiguous
+            assert report.peak_bytes <= y.nbytes + rows * k * x.element_size() + x_copy

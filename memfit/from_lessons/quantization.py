@@ -305,6 +305,43 @@ def int8_weight_matmul(x: torch.Tensor, qw: Quantized) -> torch.Tensor:
     return y.to(x.dtype).reshape(*x.shape[:-1], n)
 
 
+def dequantize_rows_q8_0(qw: Quantized, start: int, stop: int, out: torch.Tensor) -> torch.Tensor:
+    """Rows start:stop of a 2-D Q8_0 weight, dequantized into the front of `out` (a flat buffer, reused between
+    slices) in out's dtype: a (stop - start, K) view of it."""
+    k = qw.shape[1]
+    per_row = k // QK  # a row's blocks are consecutive: a slice of rows is a slice of blocks
+    view = out[: (stop - start) * k]
+    launch_blocks(q8_0_dequantize_kernel, (stop - start) * per_row, qw.data[start * per_row: stop * per_row],
+                  qw.scales[start * per_row: stop * per_row], view, view.numel())
+    return view.view(stop - start, k)
+
+
+def int8_linear_slice_rows(n: int, k: int, dtype: torch.dtype) -> int:
+    """Rows of Ŵ per slice: as many as slice_bytes holds, a multiple of 64 (y's column offsets stay aligned)."""
+    rows = _config("int8_prefill")["slice_bytes"] // (k * torch.finfo(dtype).bits // 8) // 64 * 64
+    return min(n, max(64, rows))
+
+
+def int8_linear(x: torch.Tensor, qw: Quantized) -> torch.Tensor:
+    """x @ Ŵᵀ for a Q8_0 weight (N, K), as a server runs the layer: the fused int8_weight_matmul below
+    memfit.hardware's "int8_prefill" min_rows rows of x, else Ŵ dequantized a slice of rows at a time into one
+    reused buffer and multiplied by torch.mm (cuBLAS on a GPU). y of shape (..., N) in x's dtype."""
+    check_int8_matmul_inputs(x, qw)
+    n, k = qw.shape
+    x2 = x.reshape(-1, k)
+    if x2.shape[0] < _config("int8_prefill")["min_rows"]:
+        return int8_weight_matmul(x, qw)
+    if x2.stride(-1) != 1:  # cuBLAS reads rows of unit stride: torch.mm would copy x anyway
+        x2 = x2.contiguous()
+    rows = int8_linear_slice_rows(n, k, x.dtype)
+    buffer = torch.empty(rows * k, dtype=x.dtype, device=x.device)
+    y = torch.empty(x2.shape[0], n, dtype=x.dtype, device=x.device)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        torch.mm(x2, dequantize_rows_q8_0(qw, start, stop, buffer).T, out=y[:, start:stop])
+    return y.reshape(*x.shape[:-1], n)
+
+
 STATE_BLOCK = 256  # values per fp32 absmax in an 8-bit optimizer state
 
 

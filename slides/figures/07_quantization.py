@@ -2,7 +2,7 @@
 per-block scales, Q4_0's levels and the share of blocks whose codes would change if made with the fp16 scale, on
 blocks the lesson's own kernels quantize, the lesson's error table (its H100 run), a rotation before quantizing (the
 idea of SpinQuant, arXiv 2405.16406) measured with the lesson's kernels, the fused int8
-matmul and the block kernels on the H100 record, 8-bit AdamW states: the bytes (lesson 01's state_bytes), the
+matmul and int8_linear on the H200 record (device time under CUDA graphs), the block kernels on the H100 record, 8-bit AdamW states: the bytes (lesson 01's state_bytes), the
 dynamic code, the states measured on the course-tiny GPT, convergence (the CPU record) and the H100 step."""
 from __future__ import annotations
 
@@ -148,29 +148,39 @@ tile_rows = [[label] + [tiles(mm_cfg[key][variant]) for _, variant in ref.INT8_M
 h_large = mm_cfg["h100"]["m_large"]
 
 # --------------------------------------------------------------------------------------- the H100 records
-q = record("quantization")
-FP16, DEQ, FUSED = "fp16 matmul (cuBLAS)", "dequantize, then matmul", "fused int8 matmul"
-shapes = list(dict.fromkeys(r_["shape"] for r_ in q["quantization"]["matmul"]))
+q = record("quantization", file="h100")  # the block kernels and the optimizers (the H100 record)
+qm = record("quantization", file="matmul")  # the matmul alone: device time under CUDA graphs, and int8_linear
+FP16, DEQ, FUSED, LINEAR = "fp16 matmul (cuBLAS)", "dequantize, then matmul", "fused int8 matmul", "int8_linear"
+shapes = list(dict.fromkeys(r_["shape"] for r_ in qm["quantization"]["matmul"]))
 matmul = {shape: {} for shape in shapes}  # shape -> M -> contender -> row
-for r_ in q["quantization"]["matmul"]:
+for r_ in qm["quantization"]["matmul"]:
     matmul[r_["shape"]].setdefault(r_["m"], {})[r_["contender"]] = r_
 
 
-def _ratios(lo: int, hi: int) -> list[float]:
-    """fused / cuBLAS time over every shape for lo <= M <= hi."""
-    return [by[FUSED]["us"] / by[FP16]["us"] for rows in matmul.values() for m, by in rows.items() if lo <= m <= hi]
+def _ratios(lo: int, hi: int, who: str = FUSED) -> list[float]:
+    """`who`'s time / cuBLAS's over every shape for lo <= M <= hi."""
+    return [by[who]["us"] / by[FP16]["us"] for rows in matmul.values() for m, by in rows.items() if lo <= m <= hi]
+
+
+def _span(lo: int, hi: int, who: str = FUSED) -> str:
+    return "–".join(dict.fromkeys(f"{f(_ratios(lo, hi, who)):.2f}×" for f in (min, max)))
 
 
 decode_lo, decode_hi = (f"{f(_ratios(1, 16)):.2f}×" for f in (min, max))
 prefill_lo, prefill_hi = (f"{f(_ratios(256, 1 << 20)):.1f}×" for f in (min, max))
 m64_lo, m64_hi = (f"{f(_ratios(64, 64)):.1f}×" for f in (min, max))
+linear_spans = {m: _span(m, m, LINEAR) for m in (64, 256, 1024, 4096)}
+host_lo, host_hi = (f(by[LINEAR]["host_us"] for rows in matmul.values() for m, by in rows.items() if m <= 64)
+                    for f in (min, max))
 up_name = next(sh for sh in shapes if "up" in sh)
 up = matmul[up_name]
-mm_table = markdown_table(["M", "cuBLAS fp16 µs", "deq. + mm µs", "fused µs", "fused / fp16", "deq. + mm MiB",
-                           "fused MiB"],
+mm_table = markdown_table(["M", "cuBLAS fp16 µs", "deq. + mm µs", "fused µs", "int8_linear µs", "fused / fp16",
+                           "int8_linear / fp16", "deq. + mm MiB", "fused MiB", "int8_linear MiB"],
                           [[f"{m:,}", f"{by[FP16]['us']:.1f}", f"{by[DEQ]['us']:.1f}", f"{by[FUSED]['us']:.1f}",
-                            f"{by[FUSED]['us'] / by[FP16]['us']:.2f}×", f"{by[DEQ]['peak_mib']:,.1f}",
-                            f"{by[FUSED]['peak_mib']:,.2f}"] for m, by in sorted(up.items())])
+                            f"{by[LINEAR]['us']:.1f}", f"{by[FUSED]['us'] / by[FP16]['us']:.2f}×",
+                            f"{by[LINEAR]['us'] / by[FP16]['us']:.2f}×", f"{by[DEQ]['peak_mib']:,.1f}",
+                            f"{by[FUSED]['peak_mib']:,.2f}", f"{by[LINEAR]['peak_mib']:,.1f}"]
+                           for m, by in sorted(up.items())])
 # the H100 sweep of the two ways to load the scales, read by key from its table's JSON companion
 _tiles_rec = record("int8_matmul_tiles")
 t = {"ratios": _tiles_rec["int8_matmul_tiles"]["ratios"], "source": source(_tiles_rec)}
@@ -463,7 +473,7 @@ def fig_tile():
 
 @styled
 def fig_matmul():
-    """The H100 record: fused int8 and dequantize-then-matmul, time / cuBLAS fp16, against M."""
+    """The matmul record: fused int8 and dequantize-then-matmul, device time / cuBLAS fp16's, against M."""
     fig, ax = figure(figsize=(6.8, 4.7))
     for shape, color in zip(shapes, [COLORS["params"], COLORS["grads"], COLORS["optimizer"]]):
         rows = matmul[shape]
@@ -472,16 +482,18 @@ def fig_matmul():
                 label=f"fused, {shape}")
         ax.plot(ms, [rows[m][DEQ]["us"] / rows[m][FP16]["us"] for m in ms], "s--", color=color, lw=1.5,
                 alpha=0.7, ms=5)
+        ax.plot(ms, [rows[m][LINEAR]["us"] / rows[m][FP16]["us"] for m in ms], "^:", color=color, lw=2, ms=6)
     ax.axhline(1, color="black", lw=1)
     ax.text(200, 0.55, "cuBLAS fp16 = 1", fontsize=13)
     ax.plot([], [], "s--", color=COLORS["neutral"], label="dequantize, then matmul")
+    ax.plot([], [], "^:", color=COLORS["neutral"], label="int8_linear (slices + cuBLAS from 65 rows)")
     ax.set_xscale("log", base=2)
     ms = sorted(matmul[shapes[0]])
     ax.set_xticks(ms, [f"{m:,}" for m in ms])
     ax.minorticks_off()
-    ax.set(xlabel="M: tokens in x", ylabel="time / cuBLAS fp16")
+    ax.set(xlabel="M: tokens in x", ylabel="device time / cuBLAS fp16")
     ax.legend(fontsize=11, loc="upper left", frameon=False)
-    ax.set_ylim(0, 6.2)
+    ax.set_ylim(0, 1.25 * max(_ratios(1, 1 << 20, DEQ) + _ratios(1, 1 << 20)))
     fig.tight_layout()
     return fig
 
