@@ -201,16 +201,6 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
         "h100": _int8_tiles(m16=(16, 64, 128, 8, 4, 3), m64=(64, 64, 128, 4, 4, 3), m256=(64, 128, 128, 2, 4, 4),
                             m_large=(256, 128, 64, 1, 8, 3)),
     },
-    # Lesson 07's int8_linear: from min_rows rows of x on, Ŵ is dequantized slice_bytes at a time into one reused
-    # buffer and multiplied by torch.mm (cuBLAS) instead of the fused kernel. gpu: an H200 under CUDA graphs
-    # (benchmarks/results/nvidia-h200-2026-11-29-quantization-matmul.md and the sweep before it) had the fused kernel ahead up to 64 rows (1.2-1.35x cuBLAS's time against
-    # slices' 1.55-2.1x) and slices ahead from 256 (1.4-2.0x against 2.1-3.1x; 1.25-1.33x against 2.2x at 1,024);
-    # 64 MiB slices beat 32 and 16 at every shape. cpu: 33 rows and 128 KiB, so the demo's 64 rows take several
-    # slices.
-    "int8_prefill": {
-        "cpu": dict(min_rows=33, slice_bytes=128 << 10),
-        "gpu": dict(min_rows=65, slice_bytes=64 << 20),
-    },
     # Lesson 08's NF4 matmul (QLoRA's frozen base), the same variants and tile layout as int8_matmul; BLOCK_K a
     # multiple of 64 (one absmax per 64 values). cpu: small tiles, BLOCK_K 128 on some rows, so short cases cross
     # split and unsplit K and a last step that ends inside BLOCK_K. t4/v100: int8_matmul's rows (they compile within
@@ -262,6 +252,16 @@ PROBLEM_SIZES: dict[str, dict[str, dict]] = {
     "int8_matmul": {
         "cpu": dict(tokens=(1, 16, 64), out_features=256, in_features=512),
         "gpu": dict(tokens=(1, 16, 256, 4096), out_features=14336, in_features=4096),
+    },
+    # Lesson 07's int8_linear (a policy, not a kernel's tiles): from min_rows rows of x on, Ŵ is dequantized
+    # slice_bytes at a time into one reused buffer and multiplied by torch.mm (cuBLAS) instead of the fused kernel.
+    # gpu: an H200 under CUDA graphs (benchmarks/results/nvidia-h200-2026-11-29-quantization-matmul.md and the sweep
+    # before it) had the fused kernel ahead up to 64 rows (1.2-1.35x cuBLAS's time against slices' 1.55-2.1x) and
+    # slices ahead from 256 (1.4-2.0x against 2.1-3.1x; 1.25-1.33x against 2.2x at 1,024); 64 MiB slices beat 32
+    # and 16 at every shape. cpu: 33 rows and 128 KiB, so the demo's 64 rows take several slices.
+    "int8_prefill": {
+        "cpu": dict(min_rows=33, slice_bytes=128 << 10),
+        "gpu": dict(min_rows=65, slice_bytes=64 << 20),
     },
 }
 

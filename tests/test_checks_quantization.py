@@ -78,9 +78,9 @@ def test_int8_linear_takes_the_fused_kernel_or_slices_and_keeps_to_one_slice(dty
     """int8_linear (given, lesson 07's prefill path): below min_rows it calls the fused kernel; from min_rows on, Ŵ
     in slices of rows (a ragged last one too) gives dequantize-then-matmul's y, any leading dims and strides, and
     the call allocates y and one slice, no more."""
-    from memfit.hardware import config
+    from memfit.hardware import size
     from memfit.meter import measure_peak
-    device, min_rows = checks.memfit.DEVICE, config("int8_prefill")["min_rows"]
+    device, min_rows = checks.memfit.DEVICE, size("int8_prefill")["min_rows"]
     fused_calls = []
     fused = ref.int8_weight_matmul
     monkeypatch.setattr(ref, "int8_weight_matmul", lambda x, qw: fused_calls.append(x.shape) or fused(x, qw))

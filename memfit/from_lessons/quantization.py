@@ -318,7 +318,8 @@ def dequantize_rows_q8_0(qw: Quantized, start: int, stop: int, out: torch.Tensor
 
 def int8_linear_slice_rows(n: int, k: int, dtype: torch.dtype) -> int:
     """Rows of Ŵ per slice: as many as slice_bytes holds, a multiple of 64 (y's column offsets stay aligned)."""
-    rows = _config("int8_prefill")["slice_bytes"] // (k * torch.finfo(dtype).bits // 8) // 64 * 64
+    slice_bytes = memfit.hardware.size("int8_prefill")["slice_bytes"]
+    rows = slice_bytes // (k * torch.finfo(dtype).bits // 8) // 64 * 64
     return min(n, max(64, rows))
 
 
@@ -329,7 +330,7 @@ def int8_linear(x: torch.Tensor, qw: Quantized) -> torch.Tensor:
     check_int8_matmul_inputs(x, qw)
     n, k = qw.shape
     x2 = x.reshape(-1, k)
-    if x2.shape[0] < _config("int8_prefill")["min_rows"]:
+    if x2.shape[0] < memfit.hardware.size("int8_prefill")["min_rows"]:
         return int8_weight_matmul(x, qw)
     if x2.stride(-1) != 1:  # cuBLAS reads rows of unit stride: torch.mm would copy x anyway
         x2 = x2.contiguous()
