@@ -7,8 +7,7 @@ Matmul: y = x Wᵀ with x of M x K in fp16 and W of Llama-3-8B's shapes (N x K: 
 int8_linear (the fused kernel for few rows, dequantized slices + cuBLAS for many). Time: the device's, one call
 under a CUDA graph with L2 emptied before it (memfit.timing.graph_device_ms), and as called from Python (the median
 of three interleaved triton.testing.do_bench medians), with the host's microseconds per call. Memory: the CUDA
-allocator's peak during the call above what was
-allocated before (memfit.measure_peak), W and x excluded. Weight GB/s: the bytes of W as each contender reads it
+allocator's peak during the call above what was allocated before (memfit.measure_peak), W and x excluded. Weight GB/s: the bytes of W as each contender reads it
 (fp16: 2 per weight; Q8_0: 34 per 32) over the time.
 
     python -m benchmarks.quantization            # the record

@@ -2,8 +2,9 @@
 per-block scales, Q4_0's levels and the share of blocks whose codes would change if made with the fp16 scale, on
 blocks the lesson's own kernels quantize, the lesson's error table (its H100 run), a rotation before quantizing (the
 idea of SpinQuant, arXiv 2405.16406) measured with the lesson's kernels, the fused int8
-matmul and int8_linear on the H200 record (device time under CUDA graphs), the block kernels on the H100 record, 8-bit AdamW states: the bytes (lesson 01's state_bytes), the
-dynamic code, the states measured on the course-tiny GPT, convergence (the CPU record) and the H100 step."""
+matmul and int8_linear on the H200 record (device time under CUDA graphs), the block kernels on the H100 record,
+8-bit AdamW states: the bytes (lesson 01's state_bytes), the dynamic code, the states measured on the course-tiny
+GPT, convergence (the CPU record) and the H100 step."""
 from __future__ import annotations
 
 import functools
