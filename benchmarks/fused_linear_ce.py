@@ -9,7 +9,12 @@ random inputs (W scaled by 1/sqrt(H)), 10% of targets ignored. Each contender ru
   added back), against the bar of 1.05 x (dX + dW);
 * time: the median of three medians of triton.testing.do_bench, the contenders measured in turn;
 * error: max |loss, dX, dW - those of PyTorch's chain on the same inputs with the loss upcast to fp32|.
-The reference also runs with fp32 dW accumulation and at scratch budgets from 1/128 to 1/8 of dX + dW.
+The reference also runs with fp32 dW accumulation and at scratch budgets from 1/128 to 1/8 of dX + dW; section 8's
+filtered version (the gradient's blocks below 2^-12 skipped) at Cut Cross-Entropy's threshold and at 0 (every block
+kept, the block-sparse products at their slowest); Cut Cross-Entropy with its filter and without. Each head also
+records the share of blocks the filter keeps (counted on the first 1,024 tokens' whole rows) and, from one
+torch.profiler run of loss + backward, the device time of each kernel of the reference, the filtered version and
+Cut Cross-Entropy: where the time goes.
 
     python -m benchmarks.fused_linear_ce
 """
@@ -41,6 +46,8 @@ def _contenders(ref, x, w, t, grads: int) -> dict:
     for d in BUDGETS:
         if d != 32:
             fns[f"reference, scratch (dX+dW)/{d}"] = ours(budget=grads // d)
+    fns["filtered (section 8)"] = lambda: ref.filtered_linear_cross_entropy(x, w, t)
+    fns["filtered, eps 0 (every block)"] = lambda: ref.filtered_linear_cross_entropy(x, w, t, filter_eps=0.0)
     try:
         from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
         liger = LigerFusedLinearCrossEntropyLoss()
@@ -50,6 +57,7 @@ def _contenders(ref, x, w, t, grads: int) -> dict:
     try:
         from cut_cross_entropy import linear_cross_entropy
         fns["Cut Cross-Entropy"] = lambda: linear_cross_entropy(x, w, t, ignore_index=-100)
+        fns["Cut Cross-Entropy, no filter"] = lambda: linear_cross_entropy(x, w, t, ignore_index=-100, filter_eps=None)
     except ImportError:
         pass
     return fns
@@ -100,15 +108,49 @@ def _head(ref, name: str, n: int, h: int, v: int) -> list[dict]:
         for label, step in steps.items():
             times[label].append(median_ms(step, warmup_ms=100, rep_ms=500))
     rows = []
+    kept, profiles = _kept_share(ref, x, w, t), {label: _kernel_ms(step) for label, step in steps.items()}
     for label in steps:
         ms = statistics.median(times[label])
         rows.append(dict(head=name, tokens=n, hidden=h, vocab=v, contender=label, ms=round(ms, 2),
                          peak_mib=round(results[label]["peak_bytes"] / 2**20, 1),
-                         grads_mib=round(grads / 2**20, 1), error=results[label]["error"]))
+                         grads_mib=round(grads / 2**20, 1), error=results[label]["error"], kept=kept,
+                         device_ms=round(sum(profiles[label].values()), 2), kernels_ms=profiles[label]))
         print(rows[-1], flush=True)
     del x, w, t
     torch.cuda.empty_cache()
     return rows
+
+
+def _kept_share(ref, x, w, t, tokens: int = 1024) -> float:
+    """The share of BLOCK_M x BLOCK_N blocks of the gradient with an entry >= ref.FILTER_EPS, on whole rows."""
+    from memfit.hardware import config
+    blocks = config("ce_blocks")
+    bm, bn = blocks["BLOCK_M"], blocks["BLOCK_N"]
+    with torch.no_grad():
+        _, g = ref.cross_entropy_with_grad(F.linear(x[:tokens], w), t[:tokens], reduction="sum")
+        g = F.pad(g.abs(), (0, -g.shape[1] % bn, 0, -g.shape[0] % bm))
+        big = g.view(g.shape[0] // bm, bm, g.shape[1] // bn, bn).amax(dim=(1, 3)) >= ref.FILTER_EPS
+    return round(big.float().mean().item(), 4)
+
+
+def _kernel_ms(step) -> dict:
+    """Device ms of each kernel in one loss + backward (torch.profiler), cuBLAS's matmuls summed as one."""
+    from torch.profiler import ProfilerActivity, profile
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    for event in prof.key_averages():
+        us = event.self_device_time_total
+        if us <= 0:
+            continue
+        name = event.key
+        if any(tag in name.lower() for tag in ("gemm", "nvjet", "cutlass", "xmma", "sm90_", "sm80_")):
+            name = "cuBLAS matmuls"
+        totals[name[:60]] = totals.get(name[:60], 0.0) + us / 1e3
+    return {k: round(v, 2) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
 
 
 def run() -> dict:
@@ -121,18 +163,32 @@ def run() -> dict:
 def markdown(result: dict) -> str:
     lines = [f"### {result['title']}", "",
              "bf16, 8,192 tokens, 10% ignored, loss + backward. Memory: peak during the call, gradients included "
-             "(bar: 1.05 x (dX + dW)). Time: median of 3 interleaved do_bench medians. Error: max |difference| of "
-             "loss, dX, dW from PyTorch's chain with the loss upcast to fp32.", ""]
+             "(bar: 1.05 x (dX + dW)). Time: median of 3 interleaved do_bench medians, as called (the host's launches "
+             "included); device ms: the sum of the kernels' times in one call (torch.profiler), what the GPU spends "
+             "whatever the host. Error: max |difference| of loss, dX, dW from PyTorch's chain with the loss upcast to "
+             "fp32.", ""]
     for head in dict.fromkeys(r["head"] for r in result["rows"]):
         rows = [r for r in result["rows"] if r["head"] == head]
         base = next(r for r in rows if r["contender"].startswith("PyTorch, loss upcast"))
         r0 = rows[0]
         lines += [f"**{head}** head: {r0['tokens']} x {r0['hidden']} -> {r0['vocab']}; dX + dW = "
                   f"{r0['grads_mib']:,.0f} MiB, bar {1.05 * r0['grads_mib']:,.0f} MiB", "",
-                  "| contender | peak MiB | / (dX + dW) | ms | / PyTorch upcast | error loss, dX, dW |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+                  "| contender | peak MiB | / (dX + dW) | ms | / PyTorch upcast | / CCE | device ms | / CCE | "
+                  "error loss, dX, dW |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        cce = next((r for r in rows if r["contender"] == "Cut Cross-Entropy"), None)
+
+        def vs_cce(r, key):
+            return "-" if cce is None else f"{r[key] / cce[key]:.2f}x"
         lines += [f"| {r['contender']} | {r['peak_mib']:,.0f} | {r['peak_mib'] / r['grads_mib']:.3f} | {r['ms']:.1f} | "
-                  f"{r['ms'] / base['ms']:.2f}x | {', '.join(f'{e:.1e}' for e in r['error'])} |" for r in rows]
+                  f"{r['ms'] / base['ms']:.2f}x | {vs_cce(r, 'ms')} | {r['device_ms']:.1f} | {vs_cce(r, 'device_ms')} | "
+                  f"{', '.join(f'{e:.1e}' for e in r['error'])} |" for r in rows]
+        lines += ["", f"Blocks the filter keeps ({r0['kept']:.1%} of them; blocks of the ce_blocks config, counted on the "
+                      "first 1,024 tokens' whole rows). Device time by kernel, one loss + backward (torch.profiler):", ""]
+        for r in rows:
+            if r["contender"] in ("reference", "filtered (section 8)", "Cut Cross-Entropy"):
+                total = sum(r["kernels_ms"].values())
+                top = ", ".join(f"{k} {v:.1f}" for k, v in list(r["kernels_ms"].items())[:6])
+                lines.append(f"* {r['contender']}: {total:.1f} ms in kernels: {top}")
         lines.append("")
     return "\n".join(lines)
 

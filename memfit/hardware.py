@@ -169,6 +169,17 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
         "cpu": dict(BLOCK=256, num_warps=4),
         "gpu": dict(BLOCK=2048, num_warps=8),
     },
+    # Lesson 06's beyond section: the gradient's block filter and its block-sparse dX and dW products. BLOCK_M tokens
+    # x BLOCK_N columns is the block that is skipped or kept (Cut Cross-Entropy's granularity); BLOCK_H the slice of
+    # H a program owns; SCAN the flags a product kernel loads at once before it visits the active ones. cpu: small
+    # blocks and scans, so the checks' short tiles cross ragged edges in every direction. t4/v100: fit 64 and 96 KiB
+    # in fp32 on one stage. gpu: a 64 x 128 block (finer blocks skip more), 128 columns of H.
+    "ce_blocks": {
+        "cpu": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_H=32, SCAN=4, num_warps=4, num_stages=1),
+        **{card: dict(BLOCK_M=32, BLOCK_N=64, BLOCK_H=64, SCAN=128, num_warps=4, num_stages=1)
+           for card in ("t4", "v100")},
+        "gpu": dict(BLOCK_M=64, BLOCK_N=128, BLOCK_H=128, SCAN=128, num_warps=8, num_stages=2),
+    },
     # Lesson 07. Block formats: one program quantizes BLOCKS blocks of 32 values (a [BLOCKS, 32] tile). cpu: 4
     # blocks, so the checks' short tensors span several programs and a ragged last one.
     "quant_blocks": {

@@ -48,7 +48,8 @@ def compile_one(fn, spec, prof, dtype: str) -> int:
     cfg = config(spec.config, prof)
     if spec.variant:
         cfg = cfg[spec.variant]
-    constexprs = {**spec.constexprs, **{k: v for k, v in cfg.items() if k not in LAUNCH_OPTIONS}}
+    # a config may serve kernels that take different subsets of it (lesson 06's block filter and its products)
+    constexprs = {**spec.constexprs, **{k: v for k, v in cfg.items() if k not in LAUNCH_OPTIONS and k in fn.arg_names}}
     signature = {name: t.format(dtype=dtype) for name, t in spec.signature.items()}
     signature.update({name: "constexpr" for name in constexprs})
     options = {k: cfg[k] for k in LAUNCH_OPTIONS if k in cfg}

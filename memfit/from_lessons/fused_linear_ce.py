@@ -274,3 +274,177 @@ def fused_linear_cross_entropy(x, weight, targets, bias=None, ignore_index=IGNOR
         raise ValueError(f"targets should have x's leading shape {tuple(x.shape[:-1])}, got {tuple(targets.shape)}")
     return FusedLinearCrossEntropy.apply(x.reshape(-1, x.shape[-1]), weight, targets.reshape(-1), bias,
                                          ignore_index, reduction, label_smoothing, softcap, fp32_dw)
+
+
+@triton.jit
+def active_blocks_kernel(grad_ptr, stride, flags_ptr, n_rows, n_cols, threshold,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """flags[i, j] = 1 unless every |entry| of block (i, j) of a tile of gradients is below threshold (a NaN
+    counts as above: it must reach the output, as it would without the filter)."""
+    i, j = tl.program_id(0), tl.program_id(1)
+    rows = i * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = j * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    g = tl.load(grad_ptr + rows[:, None].to(tl.int64) * stride + cols[None, :], mask=inside, other=0.0)
+    above = tl.where(tl.abs(g.to(tl.float32)) < threshold, 0, 1)
+    tl.store(flags_ptr + i * tl.num_programs(1) + j, (tl.max(tl.max(above, 1), 0)).to(tl.int8))
+
+
+@triton.jit
+def block_sparse_dx_kernel(grad_ptr, grad_stride, w_ptr, w_stride, out_ptr, out_stride, flags_ptr, n_rows,
+                           n_cols, hidden, ACCUMULATE: tl.constexpr, PRECISION: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr, SCAN: tl.constexpr):
+    """out[rows of block i, columns h] (+)= the sum over the active blocks j of grad[i, j] @ W[j, h]."""
+    i, k = tl.program_id(0), tl.program_id(1)
+    n_blocks = tl.cdiv(n_cols, BLOCK_N)
+    rows = i * BLOCK_M + tl.arange(0, BLOCK_M)
+    hs = k * BLOCK_H + tl.arange(0, BLOCK_H)
+    acc = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32)
+    seen = tl.arange(0, SCAN)
+    for start in range(0, n_blocks, SCAN):  # SCAN flags in one load; then visit the active ones in order
+        left = tl.load(flags_ptr + i * n_blocks + start + seen, mask=start + seen < n_blocks, other=0) != 0
+        j = tl.min(tl.where(left, seen, SCAN))
+        while j < SCAN:
+            cols = (start + j) * BLOCK_N + tl.arange(0, BLOCK_N)
+            g = tl.load(grad_ptr + rows[:, None].to(tl.int64) * grad_stride + cols[None, :],
+                        mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0)
+            w = tl.load(w_ptr + cols[:, None].to(tl.int64) * w_stride + hs[None, :],
+                        mask=(cols[:, None] < n_cols) & (hs[None, :] < hidden), other=0.0)
+            acc = tl.dot(g, w, acc, input_precision=PRECISION)
+            left = left & (seen != j)
+            j = tl.min(tl.where(left, seen, SCAN))
+    inside = (rows[:, None] < n_rows) & (hs[None, :] < hidden)
+    out = out_ptr + rows[:, None].to(tl.int64) * out_stride + hs[None, :]
+    if ACCUMULATE:
+        acc += tl.load(out, mask=inside, other=0.0).to(tl.float32)
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def block_sparse_dw_kernel(grad_ptr, grad_stride, x_ptr, x_stride, out_ptr, out_stride, flags_ptr, n_rows,
+                           n_cols, hidden, PRECISION: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr, SCAN: tl.constexpr):
+    """out[columns of block j, h] += the sum over the active blocks i of grad[i, j]ᵀ @ x[i, h]; a block column
+    with no active block is neither read nor written."""
+    j, k = tl.program_id(0), tl.program_id(1)
+    n_col_blocks = tl.cdiv(n_cols, BLOCK_N)
+    n_row_blocks = tl.cdiv(n_rows, BLOCK_M)
+    cols = j * BLOCK_N + tl.arange(0, BLOCK_N)
+    hs = k * BLOCK_H + tl.arange(0, BLOCK_H)
+    acc = tl.zeros((BLOCK_N, BLOCK_H), dtype=tl.float32)
+    hits = 0
+    seen = tl.arange(0, SCAN)
+    for start in range(0, n_row_blocks, SCAN):
+        left = tl.load(flags_ptr + (start + seen) * n_col_blocks + j, mask=start + seen < n_row_blocks, other=0) != 0
+        i = tl.min(tl.where(left, seen, SCAN))
+        while i < SCAN:
+            rows = (start + i) * BLOCK_M + tl.arange(0, BLOCK_M)
+            g = tl.load(grad_ptr + rows[:, None].to(tl.int64) * grad_stride + cols[None, :],
+                        mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0)
+            xs = tl.load(x_ptr + rows[:, None].to(tl.int64) * x_stride + hs[None, :],
+                         mask=(rows[:, None] < n_rows) & (hs[None, :] < hidden), other=0.0)
+            acc = tl.dot(tl.trans(g), xs, acc, input_precision=PRECISION)
+            hits += 1
+            left = left & (seen != i)
+            i = tl.min(tl.where(left, seen, SCAN))
+    if hits > 0:
+        inside = (cols[:, None] < n_cols) & (hs[None, :] < hidden)
+        out = out_ptr + cols[:, None].to(tl.int64) * out_stride + hs[None, :]
+        acc += tl.load(out, mask=inside, other=0.0).to(tl.float32)
+        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+FILTER_EPS = 2.0 ** -12  # Cut Cross-Entropy's default for bf16: its machine epsilon (2^-7) / 32
+
+
+@torch.no_grad()
+def filtered_linear_ce_forward(x, weight, targets, bias=None, ignore_index=IGNORE_INDEX, reduction="mean",
+                               label_smoothing=0.0, softcap=None, filter_eps=FILTER_EPS, chunks=None):
+    """fused_linear_ce_forward's (loss, dx, dw, db), whose dX and dW products skip each block of BLOCK_M tokens x
+    BLOCK_N columns where every entry of the per-token gradient (softmax - one-hot, before the mean's scale) is
+    below filter_eps. The loss is exact; filter_eps=0 skips nothing."""
+    check_linear_ce_inputs(x, weight, targets, bias, reduction, label_smoothing, softcap)
+    if not filter_eps >= 0:
+        raise ValueError(f"filter_eps should be >= 0 (0 skips nothing), got {filter_eps}")
+    x, weight = x.contiguous(), weight.contiguous()  # the kernels step along rows of H contiguous values
+    n, h = x.shape
+    vocab = weight.shape[0]
+    tokens, columns = chunks or chunk_plan(n, h, vocab, x.element_size())
+    whole_rows = columns >= vocab
+    keep = targets != ignore_index
+    n_valid = int(keep.sum())
+    scale = 1.0 / max(n_valid, 1) if reduction == "mean" else 1.0
+    fp32 = dict(dtype=torch.float32, device=x.device)
+    dx = torch.empty_like(x)
+    dw = torch.zeros_like(weight)  # the dW kernel only adds, and only where a block is active
+    db = None if bias is None else torch.zeros(vocab, **fp32)
+    m = torch.full((n,), float("-inf"), **fp32)
+    l, total, target_logit = torch.zeros(n, **fp32), torch.zeros(n, **fp32), torch.zeros(n, **fp32)
+    tile = torch.empty(min(tokens, n) * min(columns, vocab), dtype=x.dtype, device=x.device)
+    rows_launch = dict(softcap=softcap or 1.0, SOFTCAP=softcap is not None, **_config("ce_rows"))
+    blocks = _config("ce_blocks")
+    bm, bn, bh = blocks["BLOCK_M"], blocks["BLOCK_N"], blocks["BLOCK_H"]
+    flags = torch.empty(triton.cdiv(min(tokens, n), bm) * triton.cdiv(min(columns, vocab), bn),
+                        dtype=torch.int8, device=x.device)
+    products = dict(PRECISION="ieee" if x.dtype == torch.float32 else "tf32", **blocks)
+
+    def logits_of(xc, v0, v1):
+        out = tile[: xc.shape[0] * (v1 - v0)].view(xc.shape[0], v1 - v0)
+        if bias is None:
+            return torch.mm(xc, weight[v0:v1].t(), out=out)
+        return torch.addmm(bias[v0:v1], xc, weight[v0:v1].t(), out=out)
+
+    for t0 in range(0, n, tokens):
+        t1 = min(t0 + tokens, n)
+        xc, tc = x[t0:t1], targets[t0:t1]
+        stats = (tc, m[t0:t1], l[t0:t1], target_logit[t0:t1], total[t0:t1])
+        if not whole_rows:
+            for v0 in range(0, vocab, columns):
+                z = logits_of(xc, v0, min(v0 + columns, vocab))
+                ce_stats_kernel[(t1 - t0,)](z, z.stride(0), *stats, v0, z.shape[1], **rows_launch)
+            lse = m[t0:t1] + torch.log(l[t0:t1])
+        dx_out = dx[t0:t1] if whole_rows else torch.zeros(t1 - t0, h, **fp32)
+        for v0 in range(0, vocab, columns):
+            v1 = min(v0 + columns, vocab)
+            z = logits_of(xc, v0, v1)
+            if whole_rows:
+                ce_stats_kernel[(t1 - t0,)](z, z.stride(0), *stats, v0, z.shape[1], **rows_launch)
+                lse = m[t0:t1] + torch.log(l[t0:t1])
+            ce_grad_kernel[(t1 - t0,)](z, z.stride(0), tc, lse, v0, v1 - v0, vocab, ignore_index, scale,
+                                       label_smoothing, **rows_launch)
+            grid = (triton.cdiv(t1 - t0, bm), triton.cdiv(v1 - v0, bn))
+            active = flags[: grid[0] * grid[1]]
+            active_blocks_kernel[grid](z, z.stride(0), active, t1 - t0, v1 - v0, filter_eps * scale,
+                                       BLOCK_M=bm, BLOCK_N=bn)  # then each product visits the active blocks
+            block_sparse_dx_kernel[(grid[0], triton.cdiv(h, bh))](
+                z, z.stride(0), weight[v0:v1], h, dx_out, h, active, t1 - t0, v1 - v0, h,
+                ACCUMULATE=not whole_rows, **products)
+            block_sparse_dw_kernel[(grid[1], triton.cdiv(h, bh))](
+                z, z.stride(0), xc, h, dw[v0:v1], h, active, t1 - t0, v1 - v0, h, **products)
+            if db is not None:
+                db[v0:v1] += z.sum(dim=0, dtype=torch.float32)
+        if not whole_rows:
+            dx[t0:t1] = dx_out
+            del dx_out
+    lse = m + torch.log(l)
+    rows = (1 - label_smoothing) * (lse - target_logit) + label_smoothing * (lse - total / vocab)
+    loss = torch.where(keep, rows, 0.0).sum() * scale
+    return loss, dx, dw, None if db is None else db.to(bias.dtype)
+
+
+class FilteredLinearCrossEntropy(FusedLinearCrossEntropy):  # backward as in section 5: scale the saved gradients
+    @staticmethod
+    def forward(ctx, x, weight, targets, bias, ignore_index, reduction, label_smoothing, softcap, filter_eps):
+        loss, *grads = filtered_linear_ce_forward(x, weight, targets, bias, ignore_index, reduction,
+                                                  label_smoothing, softcap, filter_eps)
+        ctx.save_for_backward(*(g for g in grads if g is not None))
+        return loss
+
+
+def filtered_linear_cross_entropy(x, weight, targets, bias=None, ignore_index=IGNORE_INDEX, reduction="mean",
+                                  label_smoothing=0.0, softcap=None, filter_eps=FILTER_EPS):
+    """fused_linear_cross_entropy with the gradient's negligible blocks skipped (filtered_linear_ce_forward)."""
+    if x.shape[:-1] != targets.shape:
+        raise ValueError(f"targets should have x's leading shape {tuple(x.shape[:-1])}, got {tuple(targets.shape)}")
+    return FilteredLinearCrossEntropy.apply(x.reshape(-1, x.shape[-1]), weight, targets.reshape(-1), bias,
+                                            ignore_index, reduction, label_smoothing, softcap, filter_eps)
