@@ -23,16 +23,19 @@ import torch.nn.functional as F
 
 import memfit
 from memfit.meter import measure_peak
-from memfit.timing import median_ms
+from memfit.timing import kernel_ms, median_ms
 
 BATCH, HEADS = 4, 32
 SEQS = (4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
 MEMORY_SEQS = (1024, 2048, 4096, 8192)
-SWEEP = {  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
-    "flash_forward": [(128, 64, 8, 3), (128, 64, 4, 3), (128, 32, 4, 3), (128, 128, 8, 3), (64, 64, 4, 2)],
-    "flash_dkdv": [(64, 64, 4, 2), (32, 128, 4, 3), (64, 128, 4, 3), (32, 128, 8, 3)],
-    "flash_dq": [(64, 64, 4, 2), (128, 32, 4, 3), (128, 64, 8, 2)],
+SWEEP = {  # (BLOCK_M, BLOCK_N, num_warps, num_stages); the first of each is the entry before the H200 sweep
+    "flash_forward": [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 64, 8, 4), (128, 128, 8, 2),
+                      (64, 64, 4, 3)],
+    "flash_dkdv": [(64, 64, 4, 2), (32, 128, 4, 3), (64, 128, 8, 3), (32, 128, 4, 5), (64, 64, 4, 4),
+                   (128, 128, 8, 2)],
+    "flash_dq": [(64, 64, 4, 2), (128, 32, 4, 3), (128, 64, 8, 2), (128, 32, 4, 5), (128, 64, 8, 3),
+                 (64, 64, 4, 4)],
 }
 
 
@@ -147,7 +150,7 @@ def sweep() -> list[dict]:
                         else:
                             fn = lambda: ref.flash_attention_backward(do, q, k, v, o, lse, causal)  # noqa: E731
                         try:
-                            ms = median_ms(fn, warmup_ms=100, rep_ms=400)
+                            ms = median_ms(fn, warmup_ms=50, rep_ms=300)
                         except Exception as exc:  # noqa: BLE001  (out of shared memory, for instance)
                             ms = None
                             print(f"{kernel} {tiles}: {type(exc).__name__}", file=sys.stderr)
@@ -157,11 +160,35 @@ def sweep() -> list[dict]:
     return rows
 
 
+def _profile(ref, n: int = 8192) -> list[dict]:
+    """Device ms of each kernel in one forward + backward (torch.profiler), causal, at N = n: where the time goes."""
+    from torch.nn.attention import SDPBackend
+    rows = []
+    for d in HEAD_DIMS:
+        q, k, v, do = (torch.randn(BATCH, HEADS, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        for name, attend in (("reference", lambda q, k, v: ref.flash_attention(q, k, v, True)),
+                             ("SDPA cuDNN", _sdpa(SDPBackend.CUDNN_ATTENTION, True))):
+            def train(attend=attend):
+                for t in leaves:
+                    t.grad = None
+                attend(*leaves).backward(do)
+            try:
+                rows.append(dict(n=n, d=d, causal=True, impl=name, kernels_ms=kernel_ms(train)))
+            except RuntimeError as exc:  # a backend this GPU or build lacks
+                print(f"{name} unavailable: {exc}", file=sys.stderr)
+                continue
+            print(rows[-1], flush=True)
+        del q, k, v, do, leaves
+        torch.cuda.empty_cache()
+    return rows
+
+
 def run() -> dict:
     import memfit.from_lessons.flash_attention as ref
     torch.manual_seed(0)
     return dict(title="Lesson 05: FlashAttention against PyTorch's SDPA (flash and cuDNN backends)",
-                speed=_speed(ref), memory=_memory(ref))
+                speed=_speed(ref), memory=_memory(ref), profile=_profile(ref))
 
 
 def markdown(result: dict) -> str:
@@ -183,6 +210,12 @@ def markdown(result: dict) -> str:
                   "| N | naive | reference | SDPA flash |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['n']} | {r['naive'] / mib:,.0f} | {r['reference'] / mib:,.0f} | {r['SDPA flash'] / mib:,.0f} |"
               for r in result["memory"]]
+    if result.get("profile"):
+        lines += ["", "Where the time goes: device ms of each kernel in one forward + backward (torch.profiler), B=4, "
+                  "H=32, bf16, causal:", "", "| N | d | implementation | kernels, ms |", "| --- | --- | --- | --- |"]
+        lines += [f"| {r['n']} | {r['d']} | {r['impl']} | {sum(r['kernels_ms'].values()):.2f} in all: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in list(r["kernels_ms"].items())[:5]) + " |"
+                  for r in result["profile"]]
     if result.get("sweep"):
         lines += ["", "Tile sweep at N=4096 (ms; forward alone for flash_forward, the whole backward otherwise; "
                   "tiles = BLOCK_M, BLOCK_N, warps, stages):", "",

@@ -26,7 +26,9 @@ import torch
 import torch.nn.functional as F
 
 from memfit.meter import measure_peak
-from memfit.timing import median_ms
+from memfit.timing import kernel_ms, median_ms
+
+CUBLAS = {"cuBLAS matmuls": ("gemm", "nvjet", "cutlass", "xmma", "sm90_", "sm80_")}
 
 HEADS = {"Gemma-2-2B": (8192, 2304, 256000), "Llama-3-8B": (8192, 4096, 128256)}
 BUDGETS = (128, 64, 32, 16, 8)  # scratch = (dX + dW) / this
@@ -108,7 +110,7 @@ def _head(ref, name: str, n: int, h: int, v: int) -> list[dict]:
         for label, step in steps.items():
             times[label].append(median_ms(step, warmup_ms=100, rep_ms=500))
     rows = []
-    kept, profiles = _kept_share(ref, x, w, t), {label: _kernel_ms(step) for label, step in steps.items()}
+    kept, profiles = _kept_share(ref, x, w, t), {label: kernel_ms(step, CUBLAS) for label, step in steps.items()}
     for label in steps:
         ms = statistics.median(times[label])
         rows.append(dict(head=name, tokens=n, hidden=h, vocab=v, contender=label, ms=round(ms, 2),
@@ -131,26 +133,6 @@ def _kept_share(ref, x, w, t, tokens: int = 1024) -> float:
         g = F.pad(g.abs(), (0, -g.shape[1] % bn, 0, -g.shape[0] % bm))
         big = g.view(g.shape[0] // bm, bm, g.shape[1] // bn, bn).amax(dim=(1, 3)) >= ref.FILTER_EPS
     return round(big.float().mean().item(), 4)
-
-
-def _kernel_ms(step) -> dict:
-    """Device ms of each kernel in one loss + backward (torch.profiler), cuBLAS's matmuls summed as one."""
-    from torch.profiler import ProfilerActivity, profile
-    step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    totals: dict[str, float] = {}
-    for event in prof.key_averages():
-        us = event.self_device_time_total
-        if us <= 0:
-            continue
-        name = event.key
-        if any(tag in name.lower() for tag in ("gemm", "nvjet", "cutlass", "xmma", "sm90_", "sm80_")):
-            name = "cuBLAS matmuls"
-        totals[name[:60]] = totals.get(name[:60], 0.0) + us / 1e3
-    return {k: round(v, 2) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
 
 
 def run() -> dict:

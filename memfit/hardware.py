@@ -175,7 +175,7 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
     # blocks and scans, so the checks' short tiles cross ragged edges in every direction. t4/v100: fit 64 and 96 KiB
     # in fp32 on one stage. gpu: a 64 x 128 block (finer blocks skip more), 128 columns of H.
     "ce_blocks": {
-        "cpu": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_H=32, SCAN=4, num_warps=4, num_stages=1),
+        "cpu": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_H=64, SCAN=4, num_warps=4, num_stages=1),
         **{card: dict(BLOCK_M=32, BLOCK_N=64, BLOCK_H=64, SCAN=128, num_warps=4, num_stages=1)
            for card in ("t4", "v100")},
         "gpu": dict(BLOCK_M=64, BLOCK_N=128, BLOCK_H=128, SCAN=128, num_warps=8, num_stages=2),

@@ -78,3 +78,24 @@ def host_us_per_call(fn: Callable[[], object], calls: int = 1000) -> float:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return elapsed / calls * 1e6
+
+
+def kernel_ms(fn: Callable[[], object], merge: dict[str, tuple[str, ...]] | None = None) -> dict[str, float]:
+    """Device milliseconds of each kernel in one fn() after a warm-up call (torch.profiler, CUDA only), largest
+    first: where the time goes, whatever the host. merge: {label: substrings}: kernels whose lowercase name holds one
+    of the substrings are summed under the label (cuBLAS's many GEMM kernels as one line, for instance)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    for event in prof.key_averages():
+        if event.self_device_time_total <= 0:
+            continue
+        name = next((label for label, tags in (merge or {}).items() if any(t in event.key.lower() for t in tags)),
+                    event.key[:60])
+        totals[name] = totals.get(name, 0.0) + event.self_device_time_total / 1e3
+    return {k: round(v, 2) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
+

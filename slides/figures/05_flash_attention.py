@@ -173,6 +173,34 @@ def _ranges(rows, key, pass_):
     return f"{min(vals):.2f}–{max(vals):.2f}×"
 
 
+# the H200 run: cuDNN in the same process, and a profile of one causal forward + backward
+h200 = record("flash_attention", file="flash-attention.json")  # the newest full run (not a sweep)
+if not h200["flash_attention"].get("profile"):
+    raise RuntimeError(f"{h200['path']} has no profile: run python -m benchmarks.flash_attention on a GPU")
+h200_speed = h200["flash_attention"]["speed"]
+h200_table = markdown_table(
+    ["pass", "d", "ours / cuDNN", "ours / SDPA flash"],
+    [[pass_, f"{d_}", _ranges([r for r in h200_speed if r["d"] == d_], "vs_cudnn", pass_),
+      _ranges([r for r in h200_speed if r["d"] == d_], "vs_flash", pass_)]
+     for pass_ in ("forward", "forward + backward") for d_ in sorted({r["d"] for r in h200_speed})])
+h200_profile_n = h200["flash_attention"]["profile"][0]["n"]
+
+
+def _kernel_label(name: str) -> str:
+    """cuDNN's generated kernel names, shortened to what they compute."""
+    for tag, label in (("bprop", "cuDNN backward"), ("fprop", "cuDNN forward"), ("dot_do_o", "cuDNN Δ"),
+                       ("convert_dq", "cuDNN dQ to 16 bits")):
+        if tag in name:
+            return label
+    return name.split("(")[0][:40]
+
+
+h200_profile_table = markdown_table(
+    ["d", "implementation", "ms", "kernels (ms)"],
+    [[f"{r['d']}", r["impl"], f"{sum(r['kernels_ms'].values()):.2f}",
+      ", ".join(f"{_kernel_label(k)} {v:.2f}" for k, v in r["kernels_ms"].items() if v >= 0.1)]
+     for r in h200["flash_attention"]["profile"]])
+
 # the tile sweep
 sweep_rec = record("flash_attention", file="sweep")
 

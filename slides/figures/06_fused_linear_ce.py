@@ -160,6 +160,22 @@ bench_table = markdown_table(["contender", f"{gemma} MiB", "ms", "× fp32 loss",
                               for name, shown in SHOWN.items()])
 up = ups[gemma]
 
+# Section 8: the filter against Cut Cross-Entropy, device time (the sum of the kernels' times).
+BEYOND = {"reference": "this lesson (section 4)", "filtered (section 8)": "filtered (section 8)",
+          "filtered, eps 0 (every block)": "filtered, ε = 0", "Cut Cross-Entropy": "Cut Cross-Entropy",
+          "Cut Cross-Entropy, no filter": "Cut Cross-Entropy, no filter"}
+cces = {head: _row(head, "Cut Cross-Entropy") for head in (gemma, llama)}
+beyond_table = markdown_table(
+    ["contender", f"{gemma} device ms", "× CCE", f"{llama} device ms", "× CCE", "MiB / (dX + dW)"],
+    [[shown] + [cell for head in (gemma, llama) for cell in (
+        f"{_row(head, name)['device_ms']:.1f}", f"{_row(head, name)['device_ms'] / cces[head]['device_ms']:.2f}×")]
+     + [f"{_row(gemma, name)['peak_mib'] / _row(gemma, name)['grads_mib']:.3f}"] for name, shown in BEYOND.items()])
+gf = _row(gemma, "filtered (section 8)")
+gf_kernels = gf["kernels_ms"]
+gf_products = sum(ms for name, ms in gf_kernels.items() if name.startswith("block_sparse"))
+gf_rows = sum(ms for name, ms in gf_kernels.items() if name in ("ce_stats_kernel", "ce_grad_kernel"))
+g_tiles = math.ceil(gn / gc_) * math.ceil(gv / gvc)  # chunk_plan's tiles; section 8 launches five Triton kernels per tile
+
 # The budget sweep.
 sweep = {head: _budget_rows(head) for head in (gemma, llama)}
 fastest = {head: min(sweep[head], key=lambda dr: dr[1]["ms"]) for head in sweep}
