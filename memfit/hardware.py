@@ -170,10 +170,10 @@ KERNEL_CONFIGS: dict[str, dict[str, dict]] = {
         "gpu": dict(BLOCK=2048, num_warps=8),
     },
     # Lesson 06's beyond section: the gradient's block filter and its block-sparse dX and dW products. BLOCK_M tokens
-    # x BLOCK_N columns is the block that is skipped or kept (Cut Cross-Entropy's granularity); BLOCK_H the slice of
-    # H a program owns; SCAN the flags a product kernel loads at once before it visits the active ones. cpu: small
-    # blocks and scans, so the checks' short tiles cross ragged edges in every direction. t4/v100: fit 64 and 96 KiB
-    # in fp32 on one stage. gpu: a 64 x 128 block (finer blocks skip more), 128 columns of H.
+    # x BLOCK_N columns is the block that is skipped or kept (the unit Cut Cross-Entropy's filter skips); BLOCK_H the
+    # slice of H a program owns; SCAN the flags a product kernel loads at once before it visits the active ones.
+    # cpu: small blocks and scans, so the tests' short tiles cross ragged edges in every direction. t4/v100: fit 64 and
+    # 96 KiB in fp32 on one stage. gpu: a 64 x 128 block (finer blocks skip more), 128 columns of H.
     "ce_blocks": {
         "cpu": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_H=64, SCAN=4, num_warps=4, num_stages=1),
         **{card: dict(BLOCK_M=32, BLOCK_N=64, BLOCK_H=64, SCAN=128, num_warps=4, num_stages=1)

@@ -98,4 +98,3 @@ def kernel_ms(fn: Callable[[], object], merge: dict[str, tuple[str, ...]] | None
                     event.key[:60])
         totals[name] = totals.get(name, 0.0) + event.self_device_time_total / 1e3
     return {k: round(v, 2) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
-

@@ -99,8 +99,8 @@ def _check_filtered(dtype):
         loss_all, dx_all, dw_all, db_all = ref.fused_linear_ce_forward(x, w, targets, chunks=chunks, **kwargs)
         b = kwargs.get("bias")
         logits = x.double() @ w.double().T + (0 if b is None else b.double())
-        _, grad = ref.cross_entropy_with_grad(logits, targets, reduction="sum",
-                                              **{k: val for k, val in kwargs.items() if k in ("label_smoothing", "softcap")})
+        shape_of_loss = {k: val for k, val in kwargs.items() if k in ("label_smoothing", "softcap")}
+        _, grad = ref.cross_entropy_with_grad(logits, targets, reduction="sum", **shape_of_loss)
         eps = _threshold_between_blocks(grad, chunks, bm, bn)
         for filter_eps in (0.0, eps):
             loss, dx, dw, db = ref.filtered_linear_ce_forward(x, w, targets, chunks=chunks, filter_eps=filter_eps,

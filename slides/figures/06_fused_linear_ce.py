@@ -174,7 +174,7 @@ gf = _row(gemma, "filtered (section 8)")
 gf_kernels = gf["kernels_ms"]
 gf_products = sum(ms for name, ms in gf_kernels.items() if name.startswith("block_sparse"))
 gf_rows = sum(ms for name, ms in gf_kernels.items() if name in ("ce_stats_kernel", "ce_grad_kernel"))
-g_tiles = math.ceil(gn / gc_) * math.ceil(gv / gvc)  # chunk_plan's tiles; section 8 launches five Triton kernels per tile
+g_tiles = math.ceil(gn / gc_) * math.ceil(gv / gvc)  # chunk_plan's tiles: section 8 launches 5 Triton kernels each
 
 # The budget sweep.
 sweep = {head: _budget_rows(head) for head in (gemma, llama)}
