@@ -30,18 +30,24 @@ def test_stubs_are_reported_not_implemented():
             check(getattr(stub, name))
 
 
-def _blocks_kept(grad, chunks, bm, bn, threshold):
-    """Per entry of an (N, V) gradient: whether its block (bm x bn, within tiles of chunks = (C, Vc)) has an entry
-    at or above threshold."""
-    keep = torch.zeros_like(grad, dtype=torch.bool)
+def _tile_block_maxima(grad, chunks, bm, bn):
+    """((t0, v0, a, b), the largest |entry| of each bm x bn block of that tile) for each tile of chunks = (C, Vc)."""
     (tokens, columns), (n, v) = chunks, grad.shape
     for t0 in range(0, n, tokens):
         for v0 in range(0, v, columns):
             tile = grad[t0:t0 + tokens, v0:v0 + columns].abs()
             a, b = tile.shape
             padded = torch.nn.functional.pad(tile, (0, -b % bn, 0, -a % bm))
-            big = padded.view(padded.shape[0] // bm, bm, padded.shape[1] // bn, bn).amax(dim=(1, 3)) >= threshold
-            keep[t0:t0 + a, v0:v0 + b] = big.repeat_interleave(bm, 0).repeat_interleave(bn, 1)[:a, :b]
+            yield (t0, v0, a, b), padded.view(padded.shape[0] // bm, bm, padded.shape[1] // bn, bn).amax(dim=(1, 3))
+
+
+def _blocks_kept(grad, chunks, bm, bn, threshold):
+    """Per entry of an (N, V) gradient: whether its block (bm x bn, within tiles of chunks = (C, Vc)) has an entry
+    at or above threshold."""
+    keep = torch.zeros_like(grad, dtype=torch.bool)
+    for (t0, v0, a, b), maxima in _tile_block_maxima(grad, chunks, bm, bn):
+        big = maxima >= threshold
+        keep[t0:t0 + a, v0:v0 + b] = big.repeat_interleave(bm, 0).repeat_interleave(bn, 1)[:a, :b]
     return keep
 
 
@@ -49,15 +55,7 @@ def _threshold_between_blocks(grad, chunks, bm, bn) -> float:
     """A threshold halfway (in log) across the widest gap between the blocks' largest |entries| near their median:
     a fifth to four fifths of the blocks kept, none within rounding of the line (fp16 logits are off by up to
     about 0.25% in a softmax value: a gap of 1% leaves 0.5% either side)."""
-    (tokens, columns), (n, v) = chunks, grad.shape
-    maxima = []
-    for t0 in range(0, n, tokens):
-        for v0 in range(0, v, columns):
-            tile = grad[t0:t0 + tokens, v0:v0 + columns].abs()
-            a, b = tile.shape
-            padded = torch.nn.functional.pad(tile, (0, -b % bn, 0, -a % bm))
-            maxima.append(padded.view(padded.shape[0] // bm, bm, padded.shape[1] // bn, bn).amax(dim=(1, 3)).flatten())
-    m = torch.cat(maxima)
+    m = torch.cat([maxima.flatten() for _, maxima in _tile_block_maxima(grad, chunks, bm, bn)])
     m = m[m > 0].sort().values
     middle = m[len(m) // 5: 4 * len(m) // 5]
     gaps = middle[1:] / middle[:-1]
